@@ -1,0 +1,2 @@
+"""Adiyan workbench."""
+__version__ = "0.1.0"

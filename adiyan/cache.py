@@ -1,0 +1,160 @@
+"""On-disk caches keyed by content hash, so a sweep pays only for what changed.
+
+The embedding cache maps sha256(embedder id, prefix, text) to a float32 row in SQLite. A
+``CachedEmbedder`` wraps any embedder: texts already seen cost one look-up, the rest go to the
+model in one batch, and hits / misses are counted for the run's report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .models.base import Kind
+
+
+def embedding_key(embedder_id: str, prefix: str, text: str) -> str:
+    h = hashlib.sha256()
+    for part in (embedder_id, prefix, text):
+        h.update(part.encode("utf-8"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+
+    def as_dict(self) -> dict:
+        total = self.hits + self.misses
+        return {"hits": self.hits, "misses": self.misses,
+                "hit_rate": round(self.hits / total, 4) if total else None}
+
+
+class EmbeddingCache:
+    """SQLite key-value store of embedding rows; safe to share between threads and processes."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        with self._conn() as c:
+            c.execute("CREATE TABLE IF NOT EXISTS embeddings (key TEXT PRIMARY KEY, dim INTEGER NOT NULL, "
+                      "vec BLOB NOT NULL)")
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=60)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        conn = self._conn()
+        uniq = list(dict.fromkeys(keys))
+        for i in range(0, len(uniq), 500):
+            chunk = uniq[i : i + 500]
+            rows = conn.execute(
+                f"SELECT key, dim, vec FROM embeddings WHERE key IN ({','.join('?' * len(chunk))})", chunk)
+            for key, dim, blob in rows:
+                out[key] = np.frombuffer(blob, dtype=np.float32, count=dim).copy()
+        return out
+
+    def put_many(self, items: dict[str, np.ndarray]) -> None:
+        if not items:
+            return
+        conn = self._conn()
+        with conn:
+            conn.executemany("INSERT OR REPLACE INTO embeddings (key, dim, vec) VALUES (?, ?, ?)",
+                             [(k, int(v.shape[0]), np.asarray(v, np.float32).tobytes()) for k, v in items.items()])
+
+    def __len__(self) -> int:
+        return int(self._conn().execute("SELECT COUNT(*) FROM embeddings").fetchone()[0])
+
+
+class CachedEmbedder:
+    """Any embedder, behind the embedding cache. Same interface as the embedder it wraps."""
+
+    def __init__(self, inner, cache: EmbeddingCache):
+        self.inner = inner
+        self.cache = cache
+        self.stats = CacheStats()
+        self.id = inner.id
+        self.dim = inner.dim
+        self.normalized = inner.normalized
+
+    def prefix(self, kind: Kind) -> str:
+        return self.inner.prefix(kind)
+
+    def describe(self) -> dict:
+        return self.inner.describe()
+
+    def embed(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not one string")
+        pre = self.prefix(kind)
+        keys = [embedding_key(self.id, pre, t) for t in texts]
+        found = self.cache.get_many(keys)
+        todo: dict[str, str] = {}
+        for k, t in zip(keys, texts):
+            if k not in found and k not in todo:
+                todo[k] = t
+        self.stats.hits += len(texts) - len(todo)
+        self.stats.misses += len(todo)
+        if todo:
+            vecs = self.inner.embed(list(todo.values()), kind)
+            fresh = dict(zip(todo.keys(), vecs))
+            self.cache.put_many(fresh)
+            found.update(fresh)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([found[k] for k in keys]).astype(np.float32)
+
+
+class CallCache:
+    """JSON results of expensive deterministic calls (LLM answers, judge verdicts) by prompt hash."""
+
+    def __init__(self, path: str | Path, namespace: str):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.namespace = namespace
+        self.stats = CacheStats()
+        self._local = threading.local()
+        with self._conn() as c:
+            c.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=60)
+            conn.execute("PRAGMA journal_mode=WAL")
+            self._local.conn = conn
+        return conn
+
+    def key(self, payload: object) -> str:
+        canon = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
+        return hashlib.sha256(f"{self.namespace}\x00{canon}".encode("utf-8")).hexdigest()
+
+    def get(self, key: str):
+        row = self._conn().execute("SELECT value FROM calls WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            self.stats.misses += 1
+            return None
+        self.stats.hits += 1
+        return json.loads(row[0])
+
+    def put(self, key: str, value: object) -> None:
+        conn = self._conn()
+        with conn:
+            conn.execute("INSERT OR REPLACE INTO calls (key, value) VALUES (?, ?)", (key, json.dumps(value)))

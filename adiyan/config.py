@@ -1,0 +1,252 @@
+"""One typed settings object for the whole workbench.
+
+The seed's defaults are written here once and nowhere else. A configuration is resolved in
+layers, each overriding the one before: these defaults, an optional YAML file, ``ADIYAN_*``
+environment variables, then explicit ``key=value`` overrides (``--set`` on the command line).
+
+Environment variables name a dotted path with ``__`` between levels, e.g.
+``ADIYAN_EMBEDDER__NAME=mpnet`` or ``ADIYAN_RETRIEVAL__KB_TOP_K=8``; values are parsed as YAML
+scalars, so ``8`` is an int and ``true`` a bool. Unknown keys are errors, never ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used, with the offending source and key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class PathsConfig(_Section):
+    data_dir: Path = Path("data")  # vector store, raw files, SQLite indexes
+    cache_dir: Path = Path(".cache/adiyan")  # embeddings, judge calls, model files
+    reports_dir: Path = Path("reports")
+    datasets_dir: Path = Path("../shared/datasets")
+
+
+class EmbedderConfig(_Section):
+    # minilm | mpnet | nomic-embed-text | ollama:NAME | sentence-transformers:PATH | gguf:PATH
+    name: str = "minilm"
+    # When set, nomic-embed-text / ollama:NAME go to an Ollama server at this URL instead of
+    # running in-process.
+    url: str | None = None
+    batch_size: int = Field(32, ge=1)
+    # Matryoshka truncation (nomic-embed-text is trained for it); None keeps full width.
+    truncate_dim: int | None = Field(None, ge=8)
+    threads: int | None = None
+
+
+class LLMConfig(_Section):
+    # smollm2 (embedded, in-process) | ollama:NAME | openai-compatible:URL | gguf:PATH
+    name: str = "smollm2"
+    url: str | None = None
+    model: str | None = None  # model name sent to an OpenAI-compatible server
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float = Field(0.0, ge=0.0)
+    max_tokens: int = Field(128, ge=1)
+    seed: int = 0
+    context_size: int = Field(2048, ge=256)
+    timeout_s: float = Field(120.0, gt=0)
+
+
+class StoreConfig(_Section):
+    engine: Literal["edge", "server", "local"] = "edge"  # edge = Qdrant's embedded engine
+    url: str | None = None  # Qdrant server, for engine=server
+    api_key_env: str = "QDRANT_API_KEY"
+    collection_prefix: str = "adiyan_"
+    hnsw_m: int = Field(16, ge=2)
+    hnsw_ef_construct: int = Field(100, ge=4)
+    hnsw_ef: int = Field(128, ge=1)  # per-query search breadth
+    exact: bool = False  # brute force instead of HNSW
+
+
+class ChunkingConfig(_Section):
+    strategy: Literal["fixed", "recursive", "markdown", "semantic"] = "recursive"
+    size: int = Field(800, ge=50)  # characters
+    overlap: int = Field(100, ge=0)
+    min_size: int = Field(200, ge=0)  # semantic chunker's minimum chunk size
+    semantic_threshold: float = 0.5  # cut where consecutive-sentence similarity drops below
+
+
+class RetrievalConfig(_Section):
+    kb_top_k: int = Field(4, ge=1)  # retrieve_knowledge_base
+    doc_top_k: int = Field(5, ge=1)  # search_within_document
+    # Similarity floor per embedder id; results below it are dropped and the response says so.
+    # 0.55 was measured by the seed for nomic-embed-text. Embedders without an entry use
+    # default_floor (0.0 = no floor) until `adiyan calibrate-floor` stores one.
+    score_floors: dict[str, float] = Field(default_factory=lambda: {"nomic-embed-text": 0.55})
+    default_floor: float = 0.0
+    mode: Literal["dense", "bm25", "hybrid"] = "dense"
+    rrf_k: int = Field(60, ge=1)
+    rerank: bool = False
+    rerank_model: str = "mpnet"
+    rerank_overfetch: int = Field(4, ge=1)
+    query_transform: Literal["none", "hyde", "split", "resolve"] = "none"
+
+
+class MemoryConfig(_Section):
+    half_life_days: float = Field(14.0, gt=0)
+    overfetch_factor: int = Field(3, ge=1)  # fetch max(factor*k, overfetch_min) then re-rank
+    overfetch_min: int = Field(10, ge=1)
+    recency: bool = True
+
+
+class GenerationConfig(_Section):
+    context_budget_tokens: int = Field(2500, ge=64)
+    strict_grounding: bool = True
+
+
+class AgentConfig(_Section):
+    max_steps: int = Field(10, ge=1)
+
+
+class EvalConfig(_Section):
+    evalset: Path = Path("evalsets/adiyan_basic")
+    judge: str | None = None  # None = no LLM-judged metrics; else an LLM name as in LLMConfig
+    judge_url: str | None = None
+    judge_sample: int | None = None
+    generate: bool = True  # answer every question with the LLM
+
+
+class Settings(_Section):
+    paths: PathsConfig = Field(default_factory=PathsConfig)
+    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    chunking: ChunkingConfig = Field(default_factory=ChunkingConfig)
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=True)
+
+    def config_hash(self) -> str:
+        """sha256 of the canonical JSON of the resolved config: equal configs, equal hash."""
+        canon = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canon.encode()).hexdigest()
+
+    def score_floor(self, embedder_id: str) -> float:
+        return self.retrieval.score_floors.get(embedder_id, self.retrieval.default_floor)
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> "Settings":
+        data = self.to_dict()
+        for key, value in overrides.items():
+            _set_path(data, key.split("."), value, source="override")
+        return _validate(data, source="override")
+
+
+ENV_PREFIX = "ADIYAN_"
+
+
+def _parse_scalar(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _set_path(data: dict, parts: list[str], value: Any, *, source: str) -> None:
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        if not isinstance(node.get(part), dict):
+            known = ", ".join(k for k, v in node.items() if isinstance(v, dict))
+            raise ConfigError(f"{source}: unknown section {'.'.join(parts[: i + 1])!r} (sections: {known})")
+        node = node[part]
+    leaf = parts[-1]
+    if leaf not in node and not (len(parts) >= 2 and parts[-2] == "score_floors"):
+        raise ConfigError(
+            f"{source}: unknown key {'.'.join(parts)!r}; known here: {', '.join(sorted(node))}"
+        )
+    node[leaf] = value
+
+
+def _merge(base: dict, top: Mapping, *, source: str, prefix: str = "") -> None:
+    for key, value in top.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict) and key != "score_floors":
+            _merge(base[key], value, source=source, prefix=path + ".")
+        else:
+            _set_path(base, path.split("."), value, source=source)
+
+
+def _validate(data: dict, *, source: str) -> Settings:
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        errors = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(f"{source}: invalid configuration: {errors}") from None
+
+
+def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    environ = os.environ if environ is None else environ
+    out: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or name in _NON_CONFIG_ENV:
+            continue
+        path = name[len(ENV_PREFIX):].lower().replace("__", ".")
+        out[path] = _parse_scalar(raw)
+    return out
+
+
+# ADIYAN_* variables that steer tools rather than the config.
+_NON_CONFIG_ENV = {"ADIYAN_CONFIG", "ADIYAN_VENV"}
+
+
+def parse_set(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """Parse ``key=value`` strings from the command line."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value, e.g. retrieval.kb_top_k=8")
+        key, raw = item.split("=", 1)
+        out[key.strip()] = _parse_scalar(raw.strip())
+    return out
+
+
+def load_settings(
+    path: str | os.PathLike | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Resolve defaults < YAML file (``path`` or ``$ADIYAN_CONFIG``) < ADIYAN_* env < overrides."""
+    environ = os.environ if environ is None else environ
+    data = Settings().to_dict()
+    path = path or environ.get("ADIYAN_CONFIG")
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{p}: config file not found")
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+        if not isinstance(loaded, Mapping):
+            raise ConfigError(f"{p}: top level must be a mapping, got {type(loaded).__name__}")
+        _merge(data, loaded, source=str(p))
+    for key, value in env_overrides(environ).items():
+        _set_path(data, key.split("."), value, source=f"env {ENV_PREFIX}{key.upper().replace('.', '__')}")
+    for key, value in (overrides or {}).items():
+        _set_path(data, key.split("."), value, source=f"--set {key}")
+    return _validate(data, source=str(path) if path else "configuration")

@@ -1,0 +1,117 @@
+"""Authored evalsets: a manifest of documents (with owner and visibility) and a question file.
+
+Format (see evalsets/README.md): ``manifest.yaml`` lists ``documents`` (``file``, ``owner``,
+``visibility``) and names the ``questions`` JSONL file, whose rows hold ``id``, ``question``,
+``gold_answer``, ``gold_sources`` (file names), ``answer_keywords`` and ``kind``. Gold sources
+are turned into source keys (``<owner>/<filename>``) using the manifest's owners.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+REQUIRED_KEYS = {"id", "question", "gold_answer", "gold_sources", "answer_keywords", "kind"}
+KINDS = {"lookup", "paraphrase", "exact_token", "multi_hop", "unanswerable", "private"}
+
+
+class EvalsetError(ValueError):
+    pass
+
+
+@dataclass
+class EvalDocument:
+    path: Path
+    filename: str
+    owner: str
+    visibility: str
+
+    @property
+    def source_key(self) -> str:
+        return f"{self.owner}/{self.filename}"
+
+
+@dataclass
+class EvalQuestion:
+    id: str
+    question: str
+    gold_answer: str
+    gold_sources: list[str]  # source keys
+    answer_keywords: list[str]
+    kind: str
+    requester: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def answerable(self) -> bool:
+        return bool(self.gold_sources)
+
+
+@dataclass
+class Evalset:
+    name: str
+    root: Path
+    documents: list[EvalDocument]
+    questions: list[EvalQuestion]
+    description: str = ""
+
+    def content_hash(self) -> str:
+        """sha256 over the manifest, the questions and every document's bytes."""
+        h = hashlib.sha256()
+        for p in [self.root / "manifest.yaml", self.root / self._questions_file] + [d.path for d in self.documents]:
+            h.update(str(p.relative_to(self.root)).encode())
+            h.update(b"\x00")
+            h.update(p.read_bytes())
+        return h.hexdigest()
+
+    _questions_file: str = "questions.jsonl"
+
+    def to_pandas(self):
+        import pandas as pd
+
+        return pd.DataFrame([{**q.__dict__, "extra": q.extra} for q in self.questions])
+
+
+def load_evalset(root: str | Path) -> Evalset:
+    root = Path(root)
+    mpath = root / "manifest.yaml"
+    if not mpath.is_file():
+        raise EvalsetError(f"{mpath}: no manifest.yaml (an evalset is a folder with manifest.yaml)")
+    manifest = yaml.safe_load(mpath.read_text(encoding="utf-8")) or {}
+    docs = []
+    for i, d in enumerate(manifest.get("documents") or []):
+        p = root / d["file"]
+        if not p.is_file():
+            raise EvalsetError(f"{mpath}: documents[{i}] file {d['file']!r} does not exist")
+        docs.append(EvalDocument(p, p.name, d.get("owner", "adiyan-office"), d.get("visibility", "global")))
+    owner_of = {d.filename: d.owner for d in docs}
+    qfile = manifest.get("questions", "questions.jsonl")
+    qpath = root / qfile
+    questions = []
+    for n, line in enumerate(qpath.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise EvalsetError(f"{qpath}:{n}: not valid JSON: {exc}") from None
+        missing = REQUIRED_KEYS - row.keys()
+        if missing:
+            raise EvalsetError(f"{qpath}:{n}: missing keys {sorted(missing)}")
+        unknown = [s for s in row["gold_sources"] if s not in owner_of]
+        if unknown:
+            raise EvalsetError(f"{qpath}:{n}: gold source(s) {unknown} are not documents of the manifest")
+        extra = {k: v for k, v in row.items() if k not in REQUIRED_KEYS | {"requester"}}
+        questions.append(EvalQuestion(row["id"], row["question"], row["gold_answer"],
+                                      [f"{owner_of[s]}/{s}" for s in row["gold_sources"]],
+                                      list(row["answer_keywords"]), row["kind"], row.get("requester"), extra))
+    ids = [q.id for q in questions]
+    if len(set(ids)) != len(ids):
+        raise EvalsetError(f"{qpath}: duplicate question ids")
+    es = Evalset(manifest.get("name", root.name), root, docs, questions, manifest.get("description", ""))
+    es._questions_file = qfile
+    return es

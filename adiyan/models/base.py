@@ -1,0 +1,83 @@
+"""Small interfaces every model provider implements, so stages never care where a model runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+Kind = Literal["query", "document"]
+
+
+class ModelError(RuntimeError):
+    """A model could not be loaded or called; the message says which and why."""
+
+
+class ModelAssetError(ModelError):
+    """A model file is missing or fails its checks (size, CRC, sha256)."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into L2-normalised float32 rows.
+
+    ``id`` names the model (and truncation), not where it runs: nomic-embed-text served by
+    Ollama and the same GGUF in-process share an id, because their vectors are comparable.
+    """
+
+    id: str
+    dim: int
+    normalized: bool
+
+    def prefix(self, kind: Kind) -> str: ...
+
+    def embed(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray: ...
+
+
+@dataclass
+class ChatMessage:
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass
+class Completion:
+    text: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    model: str = ""
+    raw: dict = field(default_factory=dict, repr=False)
+
+
+@runtime_checkable
+class LLM(Protocol):
+    id: str
+    context_size: int
+
+    def chat(
+        self,
+        messages: Sequence[ChatMessage | dict],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> Completion: ...
+
+
+def as_messages(messages: Sequence[ChatMessage | dict]) -> list[dict]:
+    return [m if isinstance(m, dict) else {"role": m.role, "content": m.content} for m in messages]
+
+
+def l2_normalize(matrix: np.ndarray) -> np.ndarray:
+    matrix = np.asarray(matrix, dtype=np.float32)
+    if matrix.ndim == 1:
+        matrix = matrix[None, :]
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (matrix / norms).astype(np.float32)
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a = l2_normalize(a)[0]
+    b = l2_normalize(b)[0]
+    return float(np.dot(a, b))

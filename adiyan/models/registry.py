@@ -1,0 +1,123 @@
+"""Models chosen by name in the config.
+
+Embedders: ``minilm`` (the embedded default), ``mpnet``, ``nomic-embed-text`` (in-process from
+its GGUF, or on Ollama when ``embedder.url`` is set), ``ollama:NAME``,
+``sentence-transformers:PATH``, ``gguf:PATH``.
+LLMs: ``smollm2`` (the embedded default), ``ollama:NAME``, ``openai-compatible:URL`` (or
+``openai-compatible`` with ``llm.url``), ``gguf:PATH``.
+Loaded models are memoised per process: a sweep loads each model once.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import assets
+from .base import ModelError
+from .embedders import NOMIC_ID, NOMIC_PREFIXES, LlamaCppEmbedder, OllamaEmbedder, SentenceTransformerEmbedder
+from .llms import LlamaCppLLM, OllamaLLM, OpenAICompatibleLLM
+
+EMBEDDERS = ["minilm", "mpnet", "nomic-embed-text", "ollama:NAME", "sentence-transformers:PATH", "gguf:PATH"]
+LLMS = ["smollm2", "ollama:NAME", "openai-compatible:URL", "gguf:PATH"]
+DEFAULT_OLLAMA_URL = "http://localhost:11434"
+
+_loaded: dict[tuple, object] = {}
+
+
+def _offline_env() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def load_embedder(name: str, *, cache_dir: str | os.PathLike = ".cache/adiyan", url: str | None = None,
+                  batch_size: int = 32, truncate_dim: int | None = None, threads: int | None = None,
+                  progress: bool = True):
+    """The raw (uncached) embedder named ``name``; see the module docstring for names."""
+    _offline_env()
+    key = ("emb", name, str(cache_dir), url, batch_size, truncate_dim)
+    if key in _loaded:
+        return _loaded[key]
+    cache_dir = Path(cache_dir)
+    if name == "minilm":
+        emb = SentenceTransformerEmbedder("minilm", str(assets.minilm_path()), batch_size=batch_size,
+                                          truncate_dim=truncate_dim)
+    elif name == "mpnet":
+        emb = SentenceTransformerEmbedder("mpnet", str(assets.mpnet_path(cache_dir)), batch_size=batch_size,
+                                          truncate_dim=truncate_dim)
+    elif name == NOMIC_ID:
+        if url:
+            emb = OllamaEmbedder(NOMIC_ID, "nomic-embed-text", url, prefixes=NOMIC_PREFIXES,
+                                 truncate_dim=truncate_dim, batch_size=batch_size)
+        else:
+            emb = LlamaCppEmbedder(NOMIC_ID, str(assets.nomic_gguf_path(cache_dir, progress=progress)),
+                                   prefixes=NOMIC_PREFIXES, truncate_dim=truncate_dim, threads=threads)
+    elif name.startswith("ollama:"):
+        model = name.split(":", 1)[1]
+        prefixes = NOMIC_PREFIXES if model.startswith("nomic-embed-text") else None
+        emb = OllamaEmbedder(name, model, url or DEFAULT_OLLAMA_URL, prefixes=prefixes,
+                             truncate_dim=truncate_dim, batch_size=batch_size)
+    elif name.startswith("sentence-transformers:"):
+        path = name.split(":", 1)[1]
+        if not Path(path).is_dir():
+            raise ModelError(f"{name}: {path} is not a sentence-transformers folder (offline: no hub downloads)")
+        emb = SentenceTransformerEmbedder(name, path, batch_size=batch_size, truncate_dim=truncate_dim)
+    elif name.startswith("gguf:"):
+        path = name.split(":", 1)[1]
+        if not Path(path).is_file():
+            raise ModelError(f"{name}: no such GGUF file")
+        emb = LlamaCppEmbedder(name, path, truncate_dim=truncate_dim, threads=threads)
+    else:
+        raise ModelError(f"unknown embedder {name!r}; choose one of: {', '.join(EMBEDDERS)}")
+    _loaded[key] = emb
+    return emb
+
+
+def load_llm(name: str, *, url: str | None = None, model: str | None = None, context_size: int = 2048,
+             temperature: float = 0.0, max_tokens: int = 128, seed: int = 0, timeout_s: float = 120.0,
+             api_key_env: str = "OPENAI_API_KEY"):
+    _offline_env()
+    key = ("llm", name, url, model, context_size, temperature, max_tokens, seed)
+    if key in _loaded:
+        return _loaded[key]
+    common = dict(temperature=temperature, max_tokens=max_tokens, seed=seed)
+    if name == "smollm2":
+        llm = LlamaCppLLM("smollm2-135m-instruct-q4_1", str(assets.smollm2_path()), context_size=context_size, **common)
+    elif name.startswith("gguf:"):
+        path = name.split(":", 1)[1]
+        if not Path(path).is_file():
+            raise ModelError(f"{name}: no such GGUF file")
+        llm = LlamaCppLLM(name, path, context_size=context_size, **common)
+    elif name.startswith("ollama:"):
+        llm = OllamaLLM(name, name.split(":", 1)[1], url or DEFAULT_OLLAMA_URL, context_size=context_size,
+                        timeout_s=timeout_s, **common)
+    elif name == "openai-compatible" or name.startswith("openai-compatible:"):
+        server = name.split(":", 1)[1] if ":" in name else url
+        if not server:
+            raise ModelError("openai-compatible needs a URL: llm.name=openai-compatible:http://host:port/v1")
+        llm = OpenAICompatibleLLM(name, server, model, api_key_env=api_key_env, context_size=context_size,
+                                  timeout_s=timeout_s, **common)
+    else:
+        raise ModelError(f"unknown LLM {name!r}; choose one of: {', '.join(LLMS)}")
+    _loaded[key] = llm
+    return llm
+
+
+def embedder_from_settings(settings, *, cached: bool = True, progress: bool = True):
+    """The configured embedder, behind the on-disk embedding cache unless ``cached=False``."""
+    from ..cache import CachedEmbedder, EmbeddingCache
+
+    ec = settings.embedder
+    emb = load_embedder(ec.name, cache_dir=settings.paths.cache_dir, url=ec.url, batch_size=ec.batch_size,
+                        truncate_dim=ec.truncate_dim, threads=ec.threads, progress=progress)
+    if not cached:
+        return emb
+    return CachedEmbedder(emb, EmbeddingCache(Path(settings.paths.cache_dir) / "embeddings.sqlite"))
+
+
+def llm_from_settings(settings):
+    lc = settings.llm
+    return load_llm(lc.name, url=lc.url, model=lc.model, context_size=lc.context_size,
+                    temperature=lc.temperature, max_tokens=lc.max_tokens, seed=lc.seed,
+                    timeout_s=lc.timeout_s, api_key_env=lc.api_key_env)

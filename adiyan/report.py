@@ -1,0 +1,348 @@
+"""HTML reports for evaluation runs: one page per run and an index comparing runs.
+
+Pages must open offline (air-gapped review, archived artefacts), so everything is inline:
+CSS in a <style> block, plots as matplotlib SVG, no scripts, fonts or images by URL.
+Output is byte-for-byte reproducible so reports can be diffed and committed.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import quote
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from jinja2 import Environment  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+from markupsafe import Markup  # noqa: E402
+
+COLORS = {"hit": "#1b9e77", "miss": "#d95f02", "n/a": "#9e9e9e"}
+# A metric whose "group/name" contains one of these, or ends in _s / _ms (durations), is better
+# when lower; every other metric is better when higher.
+LOWER_IS_BETTER = ("latency", "error", "fail", "incident", "hallucinat", "cost", "time")
+_RC = {"svg.hashsalt": "adiyan", "text.parse_math": False, "font.size": 9}  # parse_math: ids may hold "$"
+
+# ---------------------------------------------------------------- helpers
+
+
+def fmt(v) -> str:
+    """Show numbers as the run wrote them (0.875 stays "0.875"), long floats cut to 4 places."""
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else repr(round(v, 4))
+    return str(v)
+
+
+def _num(v) -> float | None:
+    """Numeric value for plotting/ranking, or None (bools and nulls are not numbers here)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return None if math.isnan(v) else float(v)
+
+
+def _svg(fig) -> Markup:
+    """Serialise a figure to inline SVG: no XML prolog/DOCTYPE, no metadata (it carries a date and URLs)."""
+    buf = io.StringIO()
+    with plt.rc_context(_RC):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    text = text[text.index("<svg"):]
+    text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, flags=re.S)
+    return Markup(text)
+
+
+def _figure(width: float, height: float):
+    """New figure; call inside plt.rc_context(_RC) so fonts and salt apply."""
+    return plt.subplots(figsize=(width, height))
+
+
+def _mean(values) -> float:
+    vals = [float(v) for v in values if v is not None]
+    return sum(vals) / len(vals) if vals else math.nan
+
+
+def _status(q: dict) -> str:
+    return "n/a" if q.get("hit") is None else ("hit" if q["hit"] else "miss")
+
+
+def _top_score(q: dict) -> float | None:
+    retrieved = q.get("retrieved") or []
+    return _num(retrieved[0].get("score")) if retrieved else None
+
+
+def _parse_time(s) -> datetime:
+    """created_at as an aware datetime (naive taken as UTC); unparsable sorts oldest."""
+    try:
+        t = datetime.fromisoformat(str(s))
+    except ValueError:
+        return datetime.min.replace(tzinfo=timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def _short(h, n: int = 12) -> str:
+    return str(h)[:n] if h else "—"
+
+
+# ---------------------------------------------------------------- run plots
+
+
+def _plot_rr(questions: list[dict]) -> Markup:
+    """Per-question reciprocal rank, coloured by hit / miss: shows which questions drag MRR down."""
+    with plt.rc_context(_RC):
+        fig, ax = _figure(max(6.0, min(16.0, 0.35 * len(questions) + 2)), 3.0)
+        ids = [str(q.get("id", i)) for i, q in enumerate(questions)]
+        rr = [_num(q.get("reciprocal_rank")) or 0.0 for q in questions]
+        ax.bar(range(len(ids)), rr, color=[COLORS[_status(q)] for q in questions])
+        zero = [i for i, v in enumerate(rr) if v == 0.0]  # a zero-height bar is invisible: mark it
+        ax.scatter(zero, [0.0] * len(zero), marker="x", clip_on=False, zorder=3,
+                   color=[COLORS[_status(questions[i])] for i in zero])
+        ax.set_xticks(range(len(ids)), ids, rotation=90)
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("reciprocal rank")
+        handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
+        ax.legend(handles, list(COLORS), loc="upper right", fontsize=8)
+        return _svg(fig)
+
+
+def _plot_scores(questions: list[dict]) -> Markup:
+    """Top-1 retrieval score of hits vs misses: tells whether a score threshold separates them."""
+    with plt.rc_context(_RC):
+        fig, ax = _figure(6.0, 3.0)
+        series = {k: [s for q in questions if _status(q) == k and (s := _top_score(q)) is not None]
+                  for k in COLORS}
+        series = {k: v for k, v in series.items() if v}
+        if series:
+            allv = [s for v in series.values() for s in v]
+            lo, hi = min(allv), max(allv)
+            bins = [lo + (hi - lo) * i / 12 for i in range(13)] if hi > lo else [lo - 0.05, hi + 0.05]
+            ax.hist(list(series.values()), bins=bins, color=[COLORS[k] for k in series],
+                    label=list(series))
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "no retrieval scores", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xlabel("top-1 score")
+        ax.set_ylabel("questions")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        return _svg(fig)
+
+
+def _plot_kinds(questions: list[dict]) -> Markup:
+    """Mean hit rate and keyword hit per question kind: which kinds of question the pipeline fails."""
+    with plt.rc_context(_RC):
+        kinds = sorted({str(q.get("kind") or "—") for q in questions})
+        fig, ax = _figure(max(5.0, 1.2 * len(kinds) + 2), 3.0)
+        for off, key, label, color in ((-0.2, "hit", "hit rate", "#7570b3"),
+                                       (0.2, "keyword_hit", "keyword hit", "#e7298a")):
+            means = [_mean(q.get(key) for q in questions if str(q.get("kind") or "—") == k)
+                     for k in kinds]
+            bars = ax.bar([i + off for i in range(len(kinds))], [0.0 if math.isnan(v) else v for v in means],
+                          width=0.4, label=label, color=color)
+            ax.bar_label(bars, ["n/a" if math.isnan(v) else f"{v:.2f}" for v in means], fontsize=7)
+        ax.set_xticks(range(len(kinds)), kinds)
+        ax.set_ylabel("mean over questions")
+        ax.set_ylim(0, 1.12)
+        ax.legend(fontsize=8, loc="upper right")
+        return _svg(fig)
+
+
+def _plot_trend(runs: list[dict]) -> Markup:
+    """Each retrieval metric across runs, oldest to newest: regressions show as drops."""
+    with plt.rc_context(_RC):
+        chron = list(reversed(runs))
+        names = list(dict.fromkeys(n for r in chron for n in r["metrics"].get("retrieval", {})))
+        fig, ax = _figure(max(6.0, min(16.0, 0.8 * len(chron) + 3)), 3.2)
+        x = range(len(chron))
+        for n in names:
+            y = [_num(r["metrics"].get("retrieval", {}).get(n)) for r in chron]
+            ax.plot(x, [math.nan if v is None else v for v in y], marker="o", label=n)
+        ax.set_xticks(x, [r["run_id"] for r in chron], rotation=30, ha="right")
+        ax.set_ylabel("retrieval metric")
+        if names:
+            ax.legend(fontsize=8)
+        return _svg(fig)
+
+
+# ---------------------------------------------------------------- templates
+
+CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#222}
+h1{font-size:1.5em}h2{border-bottom:1px solid #ccc;margin-top:1.6em}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
+th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.best{background:#c8f0c8;font-weight:bold}.miss{color:#b34700}.hit{color:#137a5a}
+.fail{border:1px solid #ddd;padding:.5em 1em;margin:.8em 0;border-radius:4px}
+pre{white-space:pre-wrap;background:#f7f7f7;padding:.5em;margin:.3em 0}
+svg{max-width:100%;height:auto}code{font-size:.95em}
+"""
+
+RUN_TEMPLATE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Run {{ m.run_id }}</title><style>{{ css }}</style></head><body>
+<h1>Run {{ m.run_id }}</h1>
+<table>
+<tr><th>date</th><td>{{ m.created_at or "—" }}</td></tr>
+<tr><th>config hash</th><td><code title="{{ m.config_hash }}">{{ short(m.config_hash) }}</code></td></tr>
+{% for role, model in (m.models or {}).items() %}<tr><th>{{ role }}</th><td>{% if model is mapping %}<b>{{ model.id }}</b>{% for k, v in model.items() if k != "id" %} · {{ k }}={{ fmt(v) }}{% endfor %}{% else %}{{ model }}{% endif %}</td></tr>
+{% endfor %}<tr><th>dataset</th><td><b>{{ ds.name }}</b> · hash <code title="{{ ds.hash }}">{{ short(ds.hash) }}</code>{% for k, v in ds.items() if k not in ("name", "hash") %} · {{ k }}={{ fmt(v) }}{% endfor %}</td></tr>
+<tr><th>files</th><td>{% if has_config %}<a href="config.yaml">config.yaml</a>{% else %}config.yaml (not written){% endif %} · <a href="metrics.json">metrics.json</a></td></tr>
+</table>
+
+<h2>Metrics</h2>
+{% for group, vals in (m.metrics or {}).items() %}<h3>{{ group }}</h3>
+<table><tr><th>metric</th><th>value</th></tr>
+{% for k, v in vals.items() %}<tr><td>{{ k }}</td><td class="num">{{ fmt(v) }}</td></tr>
+{% endfor %}</table>
+{% endfor %}
+<h2>Plots</h2>
+{% if plots %}{% for title, svg in plots %}<h3>{{ title }}</h3>
+{{ svg }}
+{% endfor %}{% else %}<p>No questions recorded.</p>{% endif %}
+
+<h2>Failures ({{ failures|length }})</h2>
+{% for q in failures %}<div class="fail" id="fail-{{ q.id }}">
+<h3>{{ q.id }} <small>({{ q.kind }}; hit={{ fmt(q.hit) }}, keyword_hit={{ fmt(q.keyword_hit) }})</small></h3>
+<p><b>Question:</b> {{ q.question }}</p>
+<p><b>Gold answer:</b> {{ q.gold_answer }}</p>
+<p><b>Gold sources:</b> {{ (q.gold_sources or [])|join(", ") }}</p>
+<p><b>Generated answer:</b></p><pre>{{ q.answer }}</pre>
+<p><b>Retrieved:</b></p>
+{% for c in q.retrieved or [] %}<details><summary>{{ loop.index }}. {{ c.source }} #{{ c.chunk_index }} · score {{ fmt(c.score) }}{% if c.source in (q.gold_sources or []) %} · <span class="hit">gold</span>{% endif %}</summary><pre>{{ c.text }}</pre></details>
+{% else %}<p>nothing retrieved</p>{% endfor %}</div>
+{% else %}<p>No failing questions.</p>{% endfor %}
+
+<h2>All questions</h2>
+<table><tr><th>id</th><th>kind</th><th>question</th><th>hit</th><th>RR</th><th>keyword hit</th><th>top-1 source</th><th>top-1 score</th><th>latency s</th></tr>
+{% for q in questions %}<tr><td>{{ q.id }}</td><td>{{ q.kind }}</td><td>{{ q.question }}</td><td class="{{ status(q) }}">{{ fmt(q.hit) }}</td><td class="num">{{ fmt(q.reciprocal_rank) }}</td><td>{{ fmt(q.keyword_hit) }}</td><td>{{ (q.retrieved or [{}])[0].source }}</td><td class="num">{{ fmt(top(q)) }}</td><td class="num">{{ fmt(q.latency_s) }}</td></tr>
+{% endfor %}</table>
+
+<h2>Timings and cache</h2>
+<table>{% for k, v in (m.timings or {}).items() %}<tr><th>{{ k }}</th><td class="num">{{ fmt(v) }}</td></tr>
+{% endfor %}{% for k, v in (m.cache or {}).items() %}<tr><th>cache {{ k }}</th><td class="num">{{ fmt(v) }}</td></tr>
+{% endfor %}</table>
+<details><summary>Resolved config</summary><pre>{{ config_json }}</pre></details>
+</body></html>
+"""
+
+INDEX_TEMPLATE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Evaluation runs</title><style>{{ css }}</style></head><body>
+<h1>Evaluation runs ({{ rows|length }})</h1>
+<table><tr><th>run</th><th>date</th><th>dataset</th><th>embedder</th><th>llm</th><th>config</th>{% for g, n in cols %}<th>{{ g }}<br>{{ n }}</th>{% endfor %}</tr>
+{% for r in rows %}<tr><td><a href="{{ r.href }}">{{ r.run_id }}</a></td><td>{{ r.created_at }}</td><td>{{ r.dataset }}</td><td>{{ r.embedder }}</td><td>{{ r.llm }}</td><td><code>{{ r.config }}</code></td>{% for c in r.cells %}<td class="num{% if c.best %} best{% endif %}">{{ c.text }}</td>{% endfor %}</tr>
+{% endfor %}</table>
+{% if trend %}<h2>Retrieval metrics across runs</h2>
+{{ trend }}
+{% endif %}{% if broken %}<h2>Skipped run directories</h2>
+<ul>{% for name, reason in broken %}<li><code>{{ name }}</code>: {{ reason }}</li>{% endfor %}</ul>
+{% endif %}</body></html>
+"""
+
+_env = Environment(autoescape=True, keep_trailing_newline=True)
+_env.globals.update(fmt=fmt, short=_short, status=_status, top=_top_score, css=Markup(CSS))
+
+
+# ---------------------------------------------------------------- public API
+
+
+def _read_questions(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: {e}") from e
+    return rows
+
+
+def write_run_report(run_dir: Path) -> Path:
+    """Write run_dir/report.html: everything needed to judge one run, failures first-class."""
+    run_dir = Path(run_dir)
+    m = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    questions = _read_questions(run_dir / "questions.jsonl")
+    failures = [q for q in questions if q.get("hit") is False or q.get("keyword_hit") is False]
+    plots = []
+    if questions:
+        plots = [("Reciprocal rank per question", _plot_rr(questions)),
+                 ("Top-1 retrieval score: hits vs misses", _plot_scores(questions)),
+                 ("Hit rate and keyword hit by question kind", _plot_kinds(questions))]
+    html = _env.from_string(RUN_TEMPLATE).render(
+        m=m, ds=m.get("dataset") or {}, questions=questions, failures=failures, plots=plots,
+        has_config=(run_dir / "config.yaml").exists(),
+        config_json=json.dumps(m.get("config", {}), indent=2, ensure_ascii=False))
+    out = run_dir / "report.html"
+    out.write_text(html, encoding="utf-8")
+    return out
+
+
+def _load_run(path: Path) -> dict:
+    """Parse and sanity-check one metrics.json; raises with a readable reason when unusable."""
+    m = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(m, dict):
+        raise ValueError("metrics.json is not a JSON object")
+    if not isinstance(m.get("metrics", {}), dict) or not all(
+            isinstance(g, dict) for g in m.get("metrics", {}).values()):
+        raise ValueError("'metrics' is not a dict of metric groups")
+    m.setdefault("run_id", path.parent.name)
+    m.setdefault("metrics", {})
+    return m
+
+
+def _lower_is_better(group: str, name: str) -> bool:
+    key = f"{group}/{name}".lower()
+    return key.endswith(("_s", "_ms")) or any(w in key for w in LOWER_IS_BETTER)
+
+
+def write_index(reports_dir: Path) -> Path:
+    """Write reports_dir/index.html comparing all runs, newest first; broken runs listed, not fatal."""
+    reports_dir = Path(reports_dir)
+    runs, broken = [], []
+    for d in sorted(p for p in reports_dir.iterdir() if p.is_dir()):
+        if not (d / "metrics.json").exists():
+            continue
+        try:
+            m = _load_run(d / "metrics.json")
+        except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            broken.append((d.name, f"{type(e).__name__}: {e}"))
+            continue
+        m["_dir"] = d.name
+        runs.append(m)
+    runs.sort(key=lambda m: (_parse_time(m.get("created_at")), str(m["run_id"])), reverse=True)
+
+    cols = list(dict.fromkeys((g, n) for m in reversed(runs) for g, vals in m["metrics"].items()
+                              for n in vals))
+    best = {}
+    for g, n in cols:
+        vals = [v for m in runs if (v := _num(m["metrics"].get(g, {}).get(n))) is not None]
+        if len(vals) >= 2:
+            best[(g, n)] = min(vals) if _lower_is_better(g, n) else max(vals)
+
+    def model(m, role):
+        x = (m.get("models") or {}).get(role)
+        return x.get("id", "—") if isinstance(x, dict) else (x or "—")
+
+    rows = []
+    for m in runs:
+        cells = []
+        for g, n in cols:
+            v = m["metrics"].get(g, {}).get(n)
+            cells.append({"text": "" if v is None else fmt(v),
+                          "best": (g, n) in best and _num(v) == best[(g, n)]})
+        rows.append({"run_id": m["run_id"], "href": f"{quote(m['_dir'])}/report.html",
+                     "created_at": m.get("created_at") or "—",
+                     "dataset": (m.get("dataset") or {}).get("name", "—"),
+                     "embedder": model(m, "embedder"), "llm": model(m, "llm"),
+                     "config": _short(m.get("config_hash")), "cells": cells})
+    trend = _plot_trend(runs) if len(runs) >= 2 else None
+    html = _env.from_string(INDEX_TEMPLATE).render(rows=rows, cols=cols, trend=trend, broken=broken)
+    out = reports_dir / "index.html"
+    out.write_text(html, encoding="utf-8")
+    return out

@@ -1,0 +1,126 @@
+"""The vector-store interface both Qdrant engines implement, and the same-model rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol, Sequence
+
+import numpy as np
+
+# Payload fields the access policy and the read paths filter on; indexed before HNSW is built.
+INDEXED_FIELDS = ("source_filename", "owner_identity", "visibility", "doc_version")
+
+
+class StoreError(RuntimeError):
+    """The store refused an operation; the message names the collection and the reason."""
+
+
+class EmbedderMismatchError(StoreError):
+    """A collection is read or written with an embedder other than the one that built it.
+
+    Vectors from two models live in unrelated spaces: similarity between them is noise, so
+    the store refuses instead of answering wrongly.
+    """
+
+
+@dataclass(frozen=True)
+class Cond:
+    """payload[key] == value (value may be str, int or bool)."""
+
+    key: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class Filter:
+    """All of ``must``, at least one of ``should`` (when given), none of ``must_not``."""
+
+    must: tuple[Cond, ...] = ()
+    should: tuple[Cond, ...] = ()
+    must_not: tuple[Cond, ...] = ()
+
+    def matches(self, payload: dict) -> bool:
+        """Reference semantics, used by tests and the exact NumPy baseline."""
+        ok = all(payload.get(c.key) == c.value for c in self.must)
+        if self.should:
+            ok = ok and any(payload.get(c.key) == c.value for c in self.should)
+        return ok and not any(payload.get(c.key) == c.value for c in self.must_not)
+
+    def and_(self, other: "Filter | None") -> "Filter":
+        if other is None:
+            return self
+        if self.should and other.should:
+            raise ValueError("cannot combine two filters that both have should-clauses")
+        return Filter(self.must + other.must, self.should or other.should, self.must_not + other.must_not)
+
+
+@dataclass(frozen=True)
+class CollectionMeta:
+    name: str
+    dim: int
+    embedder_id: str
+    normalized: bool
+    distance: str = "cosine"
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "dim": self.dim, "embedder_id": self.embedder_id,
+                "normalized": self.normalized, "distance": self.distance, "extra": self.extra}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CollectionMeta":
+        return cls(d["name"], int(d["dim"]), d["embedder_id"], bool(d["normalized"]),
+                   d.get("distance", "cosine"), d.get("extra") or {})
+
+    def check(self, embedder_id: str, dim: int, normalized: bool = True) -> None:
+        if (self.embedder_id, self.dim, self.normalized) != (embedder_id, dim, normalized):
+            raise EmbedderMismatchError(
+                f"collection {self.name!r} was built with embedder {self.embedder_id!r} "
+                f"(dim {self.dim}, normalized={self.normalized}) but is being used with "
+                f"{embedder_id!r} (dim {dim}, normalized={normalized}). Vectors from different "
+                f"models are not comparable: re-ingest into a new collection or data directory, "
+                f"or switch the embedder back."
+            )
+
+
+@dataclass
+class Point:
+    id: str
+    vector: np.ndarray
+    payload: dict
+
+
+@dataclass
+class Hit:
+    id: str
+    score: float
+    payload: dict
+
+
+class VectorStore(Protocol):
+    """What the knowledge base needs from a vector database; two Qdrant engines implement it."""
+
+    engine: str
+
+    def ensure_collection(self, name: str, *, dim: int, embedder_id: str, normalized: bool = True) -> CollectionMeta: ...
+
+    def collection_meta(self, name: str) -> CollectionMeta | None: ...
+
+    def list_collections(self) -> list[str]: ...
+
+    def drop_collection(self, name: str) -> None: ...
+
+    def upsert(self, name: str, points: Sequence[Point]) -> None: ...
+
+    def delete(self, name: str, flt: Filter) -> None: ...
+
+    def search(self, name: str, vector: np.ndarray, limit: int, *, flt: Filter | None = None,
+               ef: int | None = None, exact: bool = False, score_threshold: float | None = None) -> list[Hit]: ...
+
+    def scroll(self, name: str, *, flt: Filter | None = None, with_vectors: bool = False) -> Iterable[Point]: ...
+
+    def count(self, name: str, flt: Filter | None = None) -> int: ...
+
+    def optimize(self, name: str) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,186 @@
+"""Qdrant's embedded engine (qdrant-edge-py): the default store, persistent in the data directory.
+
+One EdgeShard per collection under ``<data_dir>/qdrant/<name>/``; the collection's metadata
+(embedder id, dimension, normalisation) sits beside it in ``<name>.meta.json`` because a shard
+has no metadata of its own. Payload indexes are created when the collection is, i.e. before
+``optimize()`` builds HNSW (offline.md: filtered HNSW search returns almost nothing otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .base import INDEXED_FIELDS, CollectionMeta, Filter, Hit, Point, StoreError
+
+_SCROLL_PAGE = 1000
+
+
+def _edge():
+    import qdrant_edge
+
+    return qdrant_edge
+
+
+def _to_edge_filter(flt: Filter | None):
+    if flt is None:
+        return None
+    qe = _edge()
+
+    def conds(cs):
+        return [qe.FieldCondition(key=c.key, match=qe.MatchValue(c.value)) for c in cs] or None
+
+    return qe.Filter(must=conds(flt.must), should=conds(flt.should), must_not=conds(flt.must_not))
+
+
+class EdgeStore:
+    engine = "edge"
+
+    def __init__(self, data_dir: str | os.PathLike, *, hnsw_m: int = 16, hnsw_ef_construct: int = 100,
+                 full_scan_threshold: int = 1000):
+        self.root = Path(data_dir) / "qdrant"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.hnsw_m = hnsw_m
+        self.hnsw_ef_construct = hnsw_ef_construct
+        self.full_scan_threshold = full_scan_threshold
+        self._shards: dict[str, object] = {}
+        self._lock = threading.RLock()
+
+    # -- collections -------------------------------------------------------------------
+    def _meta_path(self, name: str) -> Path:
+        return self.root / f"{name}.meta.json"
+
+    def collection_meta(self, name: str) -> CollectionMeta | None:
+        p = self._meta_path(name)
+        if not p.is_file():
+            return None
+        return CollectionMeta.from_dict(json.loads(p.read_text()))
+
+    def list_collections(self) -> list[str]:
+        return sorted(p.name[: -len(".meta.json")] for p in self.root.glob("*.meta.json"))
+
+    def ensure_collection(self, name: str, *, dim: int, embedder_id: str, normalized: bool = True) -> CollectionMeta:
+        with self._lock:
+            meta = self.collection_meta(name)
+            if meta is not None:
+                meta.check(embedder_id, dim, normalized)
+                self._shard(name)
+                return meta
+            qe = _edge()
+            hnsw = qe.HnswIndexConfig(m=self.hnsw_m, ef_construct=self.hnsw_ef_construct,
+                                      full_scan_threshold=self.full_scan_threshold)
+            config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine),
+                                   hnsw_config=hnsw)
+            shard = qe.EdgeShard.create(str(self.root / name), config)
+            for field in INDEXED_FIELDS:
+                shard.update(qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword))
+            shard.flush()
+            self._shards[name] = shard
+            meta = CollectionMeta(name, dim, embedder_id, normalized,
+                                  extra={"engine": "edge", "hnsw_m": self.hnsw_m,
+                                         "hnsw_ef_construct": self.hnsw_ef_construct})
+            tmp = self._meta_path(name).with_suffix(".tmp")
+            tmp.write_text(json.dumps(meta.to_dict(), indent=2))
+            tmp.replace(self._meta_path(name))  # meta appears only once the shard exists
+            return meta
+
+    def _shard(self, name: str):
+        with self._lock:
+            shard = self._shards.get(name)
+            if shard is None:
+                if self.collection_meta(name) is None:
+                    raise StoreError(f"collection {name!r} does not exist in {self.root}")
+                shard = _edge().EdgeShard.load(str(self.root / name))
+                self._shards[name] = shard
+            return shard
+
+    def drop_collection(self, name: str) -> None:
+        import shutil
+
+        with self._lock:
+            shard = self._shards.pop(name, None)
+            if shard is not None:
+                shard.close()
+            self._meta_path(name).unlink(missing_ok=True)
+            shutil.rmtree(self.root / name, ignore_errors=True)
+
+    # -- data ----------------------------------------------------------------------------
+    def upsert(self, name: str, points: Sequence[Point]) -> None:
+        if not points:
+            return
+        qe = _edge()
+        meta = self.collection_meta(name)
+        pts = []
+        for p in points:
+            vec = np.asarray(p.vector, dtype=np.float32)
+            if meta and vec.shape != (meta.dim,):
+                raise StoreError(f"collection {name!r}: vector of shape {vec.shape} for point {p.id}, expected ({meta.dim},)")
+            pts.append(qe.Point(id=p.id, vector=vec.tolist(), payload=p.payload))
+        with self._lock:
+            shard = self._shard(name)
+            shard.update(qe.UpdateOperation.upsert_points(pts))
+            shard.flush()
+
+    def delete(self, name: str, flt: Filter) -> None:
+        qe = _edge()
+        with self._lock:
+            shard = self._shard(name)
+            shard.update(qe.UpdateOperation.delete_points_by_filter(_to_edge_filter(flt)))
+            shard.flush()
+
+    def search(self, name: str, vector: np.ndarray, limit: int, *, flt: Filter | None = None,
+               ef: int | None = None, exact: bool = False, score_threshold: float | None = None) -> list[Hit]:
+        qe = _edge()
+        req = qe.QueryRequest(
+            limit=limit,
+            query=qe.Query.Nearest(np.asarray(vector, dtype=np.float32).tolist()),
+            filter=_to_edge_filter(flt),
+            with_payload=True,
+            score_threshold=score_threshold,
+            params=qe.SearchParams(hnsw_ef=ef, exact=exact),
+        )
+        with self._lock:
+            res = self._shard(name).query(req)
+        return [Hit(str(r.id), float(r.score), dict(r.payload or {})) for r in res]
+
+    def scroll(self, name: str, *, flt: Filter | None = None, with_vectors: bool = False) -> Iterable[Point]:
+        qe = _edge()
+        offset = None
+        while True:
+            with self._lock:
+                records, offset = self._shard(name).scroll(qe.ScrollRequest(
+                    offset=offset, limit=_SCROLL_PAGE, filter=_to_edge_filter(flt),
+                    with_payload=True, with_vector=with_vectors))
+            for r in records:
+                vec = np.asarray(r.vector, dtype=np.float32) if with_vectors and r.vector is not None else None
+                yield Point(str(r.id), vec, dict(r.payload or {}))
+            if offset is None:
+                break
+
+    def count(self, name: str, flt: Filter | None = None) -> int:
+        qe = _edge()
+        with self._lock:
+            return int(self._shard(name).count(qe.CountRequest(filter=_to_edge_filter(flt), exact=True)))
+
+    def optimize(self, name: str) -> None:
+        with self._lock:
+            shard = self._shard(name)
+            shard.optimize()
+            shard.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            for shard in self._shards.values():
+                shard.close()
+            self._shards.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

