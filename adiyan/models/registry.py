@@ -31,27 +31,27 @@ def _offline_env() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def load_embedder(name: str, *, cache_dir: str | os.PathLike = ".cache/adiyan", url: str | None = None,
+def load_embedder(name: str, *, models_dir: str | os.PathLike = ".cache/adiyan/models", url: str | None = None,
                   batch_size: int = 32, truncate_dim: int | None = None, threads: int | None = None,
                   progress: bool = True):
     """The raw (uncached) embedder named ``name``; see the module docstring for names."""
     _offline_env()
-    key = ("emb", name, str(cache_dir), url, batch_size, truncate_dim)
+    key = ("emb", name, str(models_dir), url, batch_size, truncate_dim)
     if key in _loaded:
         return _loaded[key]
-    cache_dir = Path(cache_dir)
+    models_dir = Path(models_dir)
     if name == "minilm":
         emb = SentenceTransformerEmbedder("minilm", str(assets.minilm_path()), batch_size=batch_size,
                                           truncate_dim=truncate_dim)
     elif name == "mpnet":
-        emb = SentenceTransformerEmbedder("mpnet", str(assets.mpnet_path(cache_dir)), batch_size=batch_size,
+        emb = SentenceTransformerEmbedder("mpnet", str(assets.mpnet_path(models_dir)), batch_size=batch_size,
                                           truncate_dim=truncate_dim)
     elif name == NOMIC_ID:
         if url:
             emb = OllamaEmbedder(NOMIC_ID, "nomic-embed-text", url, prefixes=NOMIC_PREFIXES,
                                  truncate_dim=truncate_dim, batch_size=batch_size)
         else:
-            emb = LlamaCppEmbedder(NOMIC_ID, str(assets.nomic_gguf_path(cache_dir, progress=progress)),
+            emb = LlamaCppEmbedder(NOMIC_ID, str(assets.nomic_gguf_path(models_dir, progress=progress)),
                                    prefixes=NOMIC_PREFIXES, truncate_dim=truncate_dim, threads=threads)
     elif name.startswith("ollama:"):
         model = name.split(":", 1)[1]
@@ -109,7 +109,7 @@ def embedder_from_settings(settings, *, cached: bool = True, progress: bool = Tr
     from ..cache import CachedEmbedder, EmbeddingCache
 
     ec = settings.embedder
-    emb = load_embedder(ec.name, cache_dir=settings.paths.cache_dir, url=ec.url, batch_size=ec.batch_size,
+    emb = load_embedder(ec.name, models_dir=settings.paths.models_dir, url=ec.url, batch_size=ec.batch_size,
                         truncate_dim=ec.truncate_dim, threads=ec.threads, progress=progress)
     if not cached:
         return emb

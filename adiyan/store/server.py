@@ -8,6 +8,7 @@ dimension, normalisation) is kept in Qdrant's own collection ``metadata``.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -46,6 +47,11 @@ class ServerStore:
         self.where = url or path or ":memory:"
         self.hnsw_m = hnsw_m
         self.hnsw_ef_construct = hnsw_ef_construct
+        if self.engine == "local":
+            # Local mode is the server's stand-in: it says, once per call, that it ignores
+            # payload indexes and HNSW params. Known and documented; keep test output readable.
+            warnings.filterwarnings("ignore", message="Payload indexes have no effect in the local Qdrant")
+            warnings.filterwarnings("ignore", message="Local mode performs exact")
 
     def collection_meta(self, name: str) -> CollectionMeta | None:
         if not self.client.collection_exists(name):

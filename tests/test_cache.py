@@ -1,0 +1,53 @@
+"""The embedding cache: a repeated text is served from disk without calling the model."""
+
+import numpy as np
+
+from adiyan.cache import CachedEmbedder, EmbeddingCache, embedding_key
+
+
+class CountingEmbedder:
+    """Test double for control flow only: wraps the real minilm and counts texts sent to it."""
+
+    def __init__(self, inner):
+        self.inner, self.calls, self.texts = inner, 0, 0
+        self.id, self.dim, self.normalized = inner.id, inner.dim, inner.normalized
+
+    def prefix(self, kind):
+        return self.inner.prefix(kind)
+
+    def embed(self, texts, kind="document"):
+        self.calls += 1
+        self.texts += len(texts)
+        return self.inner.embed(texts, kind)
+
+
+def test_repeated_text_costs_one_lookup(minilm, tmp_path):
+    spy = CountingEmbedder(minilm)
+    cached = CachedEmbedder(spy, EmbeddingCache(tmp_path / "e.sqlite"))
+    first = cached.embed(["alpha beta", "gamma delta", "alpha beta"])
+    assert (spy.calls, spy.texts) == (1, 2)  # the duplicate inside one call is embedded once
+    assert (cached.stats.hits, cached.stats.misses) == (1, 2)
+    again = cached.embed(["gamma delta", "alpha beta"])
+    assert (spy.calls, spy.texts) == (1, 2)  # no model call at all
+    assert (cached.stats.hits, cached.stats.misses) == (3, 2)
+    np.testing.assert_array_equal(again[1], first[0])  # bit for bit
+    # persisted: a new process (new wrapper, same file) also hits
+    cached2 = CachedEmbedder(CountingEmbedder(minilm), EmbeddingCache(tmp_path / "e.sqlite"))
+    cached2.embed(["alpha beta"])
+    assert cached2.inner.calls == 0 and cached2.stats.hits == 1
+
+
+def test_key_separates_model_prefix_and_text():
+    k = embedding_key("nomic-embed-text", "search_query: ", "teal")
+    assert k != embedding_key("nomic-embed-text", "search_document: ", "teal")
+    assert k != embedding_key("minilm", "search_query: ", "teal")
+    assert k != embedding_key("nomic-embed-text", "", "search_query: teal")  # no ambiguity by concatenation
+    assert len(k) == 64
+
+
+def test_query_and_document_prefixes_are_cached_apart(nomic, tmp_path):
+    cached = CachedEmbedder(nomic, EmbeddingCache(tmp_path / "e.sqlite"))
+    q = cached.embed(["teal"], "query")
+    d = cached.embed(["teal"], "document")
+    assert cached.stats.misses == 2
+    assert not np.array_equal(q, d)

@@ -1,0 +1,75 @@
+"""`invoke eval`'s job end to end on the authored evalset and the embedded defaults."""
+
+import json
+
+import pytest
+
+from adiyan.eval.evalset import load_evalset
+from adiyan.eval.metrics import keyword_hit, reciprocal_rank
+from adiyan.eval.runner import run_eval
+from tests.conftest import ROOT
+
+EVALSET = ROOT / "evalsets" / "adiyan_basic"
+
+
+def test_metrics_by_hand():
+    assert reciprocal_rank(["a", "b", "c"], ["c"]) == pytest.approx(1 / 3)
+    assert reciprocal_rank(["a", "b"], ["z"]) == 0.0
+    assert reciprocal_rank(["x", "y", "y"], ["y", "x"]) == 1.0
+    assert keyword_hit("It costs 450 EUR.", ["450", "eur"]) and not keyword_hit("It costs 540.", ["450"])
+
+
+def test_evalset_loads_with_source_keys():
+    es = load_evalset(EVALSET)
+    assert len(es.questions) >= 10 and len(es.documents) >= 3
+    keys = {d.source_key for d in es.documents}
+    for q in es.questions:
+        assert set(q.gold_sources) <= keys
+        assert q.answerable == (q.kind != "unanswerable")
+    assert len(es.content_hash()) == 64
+
+
+def _load(run_dir):
+    m = json.loads((run_dir / "metrics.json").read_text())
+    rows = [json.loads(x) for x in (run_dir / "questions.jsonl").read_text().splitlines()]
+    return m, rows
+
+
+def test_eval_writes_reports_and_reruns_identically_from_cache(make_settings):
+    s = make_settings(**{"eval.evalset": str(EVALSET), "eval.generate": False})
+    first = run_eval(s, progress=False, run_id="r1")
+    for name in ["metrics.json", "questions.jsonl", "config.yaml", "report.html"]:
+        assert (first / name).is_file(), name
+    assert (first.parent / "index.html").is_file()
+    m1, rows1 = _load(first)
+    assert m1["config_hash"] == s.config_hash()
+    assert m1["models"]["embedder"]["id"] == "minilm"
+    assert m1["dataset"]["hash"] == load_evalset(EVALSET).content_hash()
+    # the metric is the mean of the per-question values written beside it
+    answerable = [r for r in rows1 if r["reciprocal_rank"] is not None]
+    assert m1["metrics"]["retrieval"]["mrr@4"] == pytest.approx(
+        sum(r["reciprocal_rank"] for r in answerable) / len(answerable), abs=1e-6)
+    assert m1["cache"]["embeddings"]["misses"] > 0
+    second = run_eval(s, progress=False, run_id="r2")
+    m2, rows2 = _load(second)
+    assert m2["metrics"] == m1["metrics"]
+    assert [r["retrieved"] for r in rows2] == [r["retrieved"] for r in rows1]  # scores bit for bit
+    assert m2["cache"]["embeddings"]["misses"] == 0  # queries from cache, documents unchanged
+    assert m2["dataset"]["documents_reingested"] == 0
+    index = (first.parent / "index.html").read_text()
+    assert "r1" in index and "r2" in index
+
+
+def test_eval_with_the_embedded_llm(make_settings):
+    s = make_settings(**{"eval.evalset": str(EVALSET)})
+    run = run_eval(s, progress=False, run_id="gen")
+    m, rows = _load(run)
+    assert m["models"]["llm"]["id"] == "smollm2-135m-instruct-q4_1"
+    assert all(r["answer"] for r in rows)
+    # the 450-euro question is answered with 450 by the tiny model when retrieval finds it
+    price = next(r for r in rows if "450" in r["answer_keywords"])
+    assert price["hit"] and "450" in price["answer"], price["answer"]
+    assert 0.0 <= m["metrics"]["answer"]["keyword_recall"] <= 1.0
+    again = run_eval(s, progress=False, run_id="gen2")
+    m2, _ = _load(again)
+    assert m2["metrics"] == m["metrics"] and m2["cache"]["answers"]["misses"] == 0

@@ -1,0 +1,68 @@
+"""The knowledge-base slice on the real minilm: ingest, replace, the access policy, the same-model rule."""
+
+import pytest
+
+from adiyan.kb import IngestError, KnowledgeBase, validate_filename
+from adiyan.store import EmbedderMismatchError, open_store
+
+TEXT_A = "# Prices\n\nThe Julian Alps Weekend (TR-JUL-03) costs 450 euros per person.\n"
+TEXT_B = "# Secrets\n\nThe safe code of the Ljubljana office is 7319.\n"
+
+
+@pytest.fixture
+def kb(make_settings, minilm):
+    s = make_settings()
+    store = open_store(s)
+    yield KnowledgeBase(s, store, minilm)
+    store.close()
+
+
+def test_reingest_is_a_noop_and_a_change_replaces(kb):
+    r1 = kb.ingest_text(TEXT_A, "prices.md", "office", "global")
+    assert r1.changed and r1.n_chunks == 1
+    r2 = kb.ingest_text(TEXT_A, "prices.md", "office", "global")
+    assert not r2.changed and kb.count_chunks() == 1
+    r3 = kb.ingest_text(TEXT_A.replace("450", "470"), "prices.md", "office", "global")
+    assert r3.changed and kb.count_chunks() == 1
+    top = kb.retrieve_knowledge_base("Julian Alps price", "anyone").chunks[0]
+    assert "470" in top.text and top.source == "office/prices.md"
+
+
+def test_private_chunks_never_reach_another_requester(kb):
+    kb.ingest_text(TEXT_A, "prices.md", "office", "global")
+    kb.ingest_text(TEXT_B, "safe.md", "alice", "private")
+    for requester in ["bob", None, "office"]:
+        got = kb.retrieve_knowledge_base("safe code of the office", requester, top_k=4)
+        assert all(c.source != "alice/safe.md" for c in got.chunks)
+        assert all(d["source"] != "alice/safe.md" for d in kb.list_documents(requester))
+    own = kb.retrieve_knowledge_base("safe code of the office", "alice", top_k=1)
+    assert own.chunks[0].source == "alice/safe.md"
+    assert {d["source"] for d in kb.list_documents(None, is_owner=True)} == {"office/prices.md", "alice/safe.md"}
+
+
+def test_floor_drops_results_and_says_so(kb):
+    kb.ingest_text(TEXT_A, "prices.md", "office", "global")
+    res = kb.retrieve_knowledge_base("quantum chromodynamics lattice", "x", floor=0.99)
+    assert res.chunks == [] and res.dropped_below_floor == 1
+    assert "below the floor 0.990" in res.empty_reason
+
+
+def test_querying_with_another_embedder_raises(make_settings, minilm, mpnet):
+    s = make_settings()
+    store = open_store(s)
+    KnowledgeBase(s, store, minilm).ingest_text(TEXT_A, "prices.md", "office", "global")
+    with pytest.raises(EmbedderMismatchError, match="minilm"):
+        KnowledgeBase(s, store, mpnet)
+    store.close()
+
+
+@pytest.mark.parametrize("name", ["../etc/passwd", "a/b.md", "/abs.md", "nul\x00.md", "..", "", "C:evil.md"])
+def test_file_names_are_keys_not_paths(name):
+    with pytest.raises(IngestError):
+        validate_filename(name)
+
+
+def test_empty_document_is_an_error_naming_the_file(kb):
+    with pytest.raises(IngestError, match="'empty.md': no text"):
+        kb.ingest_text("  \n", "empty.md", "office", "global")
+    assert kb.count_chunks() == 0
