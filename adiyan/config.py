@@ -73,6 +73,11 @@ class StoreConfig(_Section):
     exact: bool = False  # brute force instead of HNSW
 
 
+class IngestConfig(_Section):
+    max_bytes: int = Field(50_000_000, ge=1)  # larger files are refused with a clear error
+    ocr: Literal["rapidocr", "tesseract", "none"] = "rapidocr"
+
+
 class ChunkingConfig(_Section):
     strategy: Literal["fixed", "recursive", "markdown", "semantic"] = "recursive"
     size: int = Field(800, ge=50)  # characters
@@ -126,6 +131,7 @@ class Settings(_Section):
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    ingest: IngestConfig = Field(default_factory=IngestConfig)
     chunking: ChunkingConfig = Field(default_factory=ChunkingConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)

@@ -1,27 +1,35 @@
-"""The knowledge base: the write path and the read paths, under one access policy.
+"""The knowledge base: the write path and the six read paths, under one access policy.
 
 Every chunk carries ``source_filename`` (``<owner>/<filename>``, the source key), ``chunk_index``,
 ``ingested_at``, ``owner_identity``, ``visibility`` (``private`` | ``global``), ``doc_version``
-and its text. A chunk is visible to a requester when it is global or the requester owns it;
-the owner role (``is_owner``) bypasses the filter. The filter is part of the engine query, so
-k results are k permitted results.
+and its text. A chunk or file is visible to a requester when it is global or the requester
+owns it; the owner role (``is_owner``) bypasses the filter. The filter is part of the engine
+query (Qdrant filter, SQL WHERE), so k results are k permitted results, and a document the
+requester may not see answers exactly like one that does not exist.
 
-Write path: chunks of a new version get new point ids (derived from the content), are stored,
-and only then are the previous version's chunks deleted; a failure at any step before that
-leaves the previous version searchable. Re-ingesting identical content changes nothing.
+Write path (improving on the seed's delete-before-insert): the new version's chunks get new
+point ids (derived from the content), are stored, the raw file and its index row are
+committed, and only then are the previous version's chunks deleted. A failure before the
+commit removes what was added and leaves the previous version intact; a crash in between is
+repaired when the knowledge base is next opened (a pending marker names the source).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import re
 import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
 
-from .chunking import Chunk, chunk_stats, chunk_text
-from .store.base import Cond, Filter, Hit, Point
+from .chunking import chunk_stats, chunk_text
+from .ingest.rawstore import DocumentRecord, RawStore
+from .store.base import Cond, Empty, Filter, Hit, Point
 
 VISIBILITIES = ("private", "global")
 _POINT_NS = uuid.UUID("6f1c0a52-3b8e-4c1e-9a57-5d2f1a7e0b11")
@@ -31,8 +39,8 @@ class IngestError(ValueError):
     """A document could not be ingested; the message names the file and the reason."""
 
 
-class AccessDenied(PermissionError):
-    pass
+class DocumentNotFound(LookupError):
+    """No such document *for this requester*: hidden and missing documents are indistinguishable."""
 
 
 def validate_filename(filename: str) -> str:
@@ -47,11 +55,14 @@ def validate_filename(filename: str) -> str:
         raise IngestError(f"{filename!r}: file name must not be '.' or start with '..'")
     if re.match(r"^[A-Za-z]:", filename):
         raise IngestError(f"{filename!r}: file name looks like an absolute path")
+    if len(filename.encode("utf-8")) > 255:
+        raise IngestError(f"{filename[:40]!r}...: file name longer than 255 bytes")
     return filename
 
 
 def source_key(owner_identity: str, filename: str) -> str:
-    if not owner_identity or "/" in owner_identity or "\x00" in owner_identity:
+    if not owner_identity or not isinstance(owner_identity, str) or "/" in owner_identity \
+            or "\x00" in owner_identity or owner_identity.strip() != owner_identity:
         raise IngestError(f"{filename!r}: invalid owner identity {owner_identity!r}")
     return f"{owner_identity}/{validate_filename(filename)}"
 
@@ -66,6 +77,12 @@ def access_filter(requester_id: str | None, is_owner: bool) -> Filter | None:
     return Filter(should=tuple(should))
 
 
+def _and(a: Filter | None, b: Filter | None) -> Filter | None:
+    if a is None:
+        return b
+    return a.and_(b)
+
+
 @dataclass
 class RetrievedChunk:
     source: str
@@ -77,7 +94,7 @@ class RetrievedChunk:
     @classmethod
     def from_hit(cls, hit: Hit) -> "RetrievedChunk":
         p = hit.payload
-        return cls(p["source_filename"], int(p["chunk_index"]), hit.score, p.get("text", ""), p)
+        return cls(p.get("source_filename", ""), int(p.get("chunk_index", -1)), hit.score, p.get("text", ""), p)
 
     def as_dict(self) -> dict:
         return {"source": self.source, "chunk_index": self.chunk_index, "score": round(self.score, 6),
@@ -93,6 +110,7 @@ class RetrievalResult:
 
     @property
     def empty_reason(self) -> str | None:
+        """Why nothing came back: an empty answer is explicit, never a silent nothing."""
         if self.chunks:
             return None
         if self.dropped_below_floor:
@@ -108,81 +126,229 @@ class IngestResult:
     changed: bool
     seconds: float
     chunk_stats: dict
+    report: dict = field(default_factory=dict)
 
 
 class KnowledgeBase:
-    def __init__(self, settings, store, embedder):
+    def __init__(self, settings, store, embedder, raw: RawStore | None = None):
         self.settings = settings
         self.store = store
         self.embedder = embedder
         self.collection = settings.store.collection_prefix + "knowledge_base"
+        self.raw = raw or RawStore(Path(settings.paths.data_dir) / "raw")
+        self.pending_dir = self.raw.root / "pending"
+        self.pending_dir.mkdir(parents=True, exist_ok=True)
+        # Fault injection for tests: called with a stage name at each step of the write path.
+        self.fault_hook: Callable[[str], None] | None = None
         self.store.ensure_collection(self.collection, dim=embedder.dim, embedder_id=embedder.id,
                                      normalized=embedder.normalized)
+        self.repair()
 
     def _check_model(self) -> None:
         meta = self.store.collection_meta(self.collection)
         if meta is not None:
             meta.check(self.embedder.id, self.embedder.dim, self.embedder.normalized)
 
+    def _fault(self, stage: str) -> None:
+        if self.fault_hook is not None:
+            self.fault_hook(stage)
+
     # -- write path ------------------------------------------------------------------------
-    def ingest_text(self, text: str, filename: str, owner_identity: str, visibility: str = "private",
-                    *, ingested_at: str | None = None, extra_payload: dict | None = None) -> IngestResult:
-        t0 = time.perf_counter()
+    def ingest_document(self, data: bytes | str | os.PathLike, filename: str | None = None,
+                        owner_identity: str = "", visibility: str = "private", *,
+                        ingested_at: str | None = None) -> IngestResult:
+        """Parse, chunk, embed and store a document, replacing its previous version safely."""
+        from .ingest.parse import ParseError, parse_document
+
+        if not isinstance(data, (bytes, bytearray)):
+            path = Path(data)
+            filename = filename or path.name
+            validate_filename(filename)
+            limit = self.settings.ingest.max_bytes
+            try:
+                size = path.stat().st_size
+            except OSError as exc:
+                raise IngestError(f"{filename!r}: cannot read: {exc.strerror}") from None
+            if size > limit:
+                raise IngestError(f"{filename!r}: file is {size} bytes, over the limit of {limit}")
+            data = path.read_bytes()
+        if filename is None:
+            raise IngestError("ingest_document(bytes) needs a filename")
         key = source_key(owner_identity, filename)
+        self._check_visibility(filename, visibility)
+        try:
+            parsed = parse_document(bytes(data), filename, max_bytes=self.settings.ingest.max_bytes,
+                                    ocr=self.settings.ingest.ocr)
+        except ParseError as exc:
+            raise IngestError(str(exc)) from exc
+        self._fault("after_parse")
+        report = parsed.report.to_dict()
+        return self._ingest(key, filename, owner_identity, visibility, bytes(data), parsed.text, report,
+                            authored_markdown=bool(report.get("authored_markdown")), ingested_at=ingested_at)
+
+    def ingest_text(self, text: str, filename: str, owner_identity: str, visibility: str = "private", *,
+                    ingested_at: str | None = None, authored_markdown: bool | None = None) -> IngestResult:
+        """Ingest text that needs no parsing (the bytes stored are its UTF-8 encoding)."""
+        key = source_key(owner_identity, filename)
+        self._check_visibility(filename, visibility)
+        if authored_markdown is None:
+            authored_markdown = filename.lower().endswith((".md", ".markdown"))
+        report = {"format": "text", "units": [{"unit": 1, "chars": len(text), "tier": "text"}],
+                  "warnings": [], "total_chars": len(text), "authored_markdown": authored_markdown}
+        return self._ingest(key, filename, owner_identity, visibility, text.encode("utf-8"), text, report,
+                            authored_markdown=authored_markdown, ingested_at=ingested_at)
+
+    @staticmethod
+    def _check_visibility(filename: str, visibility: str) -> None:
         if visibility not in VISIBILITIES:
             raise IngestError(f"{filename!r}: visibility must be one of {VISIBILITIES}, got {visibility!r}")
+
+    def _ingest(self, key, filename, owner, visibility, data: bytes, text: str, report: dict, *,
+                authored_markdown: bool, ingested_at: str | None) -> IngestResult:
+        t0 = time.perf_counter()
         if not text or not text.strip():
             raise IngestError(f"{filename!r}: no text to ingest (empty document)")
         self._check_model()
         cc = self.settings.chunking
-        version_src = "\x00".join([text, cc.model_dump_json(), self.embedder.id, visibility, owner_identity])
+        data_sha = hashlib.sha256(data).hexdigest()
+        version_src = "\x00".join([data_sha, cc.model_dump_json(), self.embedder.id, visibility, owner,
+                                   str(authored_markdown)])
         doc_version = hashlib.sha256(version_src.encode("utf-8")).hexdigest()[:16]
         mine = Filter(must=(Cond("source_filename", key),))
-        current = self.store.count(self.collection, mine.and_(Filter(must=(Cond("doc_version", doc_version),))))
-        chunks: list[Chunk] = chunk_text(text, cc)
+        committed = self.raw.get(key, is_owner=True)
+        if committed is not None and committed.doc_version == doc_version:
+            stored = self.store.count(self.collection, mine)
+            if stored == committed.n_chunks:
+                return IngestResult(key, doc_version, stored, False, time.perf_counter() - t0, {}, committed.report)
+        chunks = chunk_text(text, cc, embedder=self.embedder, authored_markdown=authored_markdown)
         if not chunks:
             raise IngestError(f"{filename!r}: chunking produced no chunks")
-        if current == len(chunks) and self.store.count(self.collection, mine) == current:
-            return IngestResult(key, doc_version, current, False, time.perf_counter() - t0, chunk_stats(chunks))
         vectors = self.embedder.embed([c.text for c in chunks], "document")
+        self._fault("after_embed")
         now = ingested_at or datetime.now(timezone.utc).isoformat(timespec="seconds")
         points = [
             Point(str(uuid.uuid5(_POINT_NS, f"{key}\x00{doc_version}\x00{c.index}")), vectors[i], {
                 "source_filename": key, "chunk_index": c.index, "ingested_at": now,
-                "owner_identity": owner_identity, "visibility": visibility, "doc_version": doc_version,
-                "text": c.text, **(extra_payload or {}),
+                "owner_identity": owner, "visibility": visibility, "doc_version": doc_version,
+                "text": c.text,
             }) for i, c in enumerate(chunks)
         ]
-        self.store.upsert(self.collection, points)
-        # Only now that the new version is stored does the old one go.
+        marker = self._mark_pending(key, doc_version)
+        new_version = mine.and_(Filter(must=(Cond("doc_version", doc_version),)))
+        try:
+            self.store.upsert(self.collection, points)
+            self._fault("after_upsert")
+            self.raw.put_blob(data)
+            text_sha = self.raw.put_blob(text.encode("utf-8"), ".md")
+            self.raw.commit(DocumentRecord(key, filename, owner, visibility, data_sha, len(data), now,
+                                           doc_version, len(chunks), text_sha, report))
+        except BaseException as exc:
+            # Roll back: the previous version (if any) stays the committed, searchable one. If
+            # the rollback itself fails, the pending marker remains and repair() finishes it.
+            if committed is None or committed.doc_version != doc_version:
+                self.store.delete(self.collection, new_version)
+            marker.unlink(missing_ok=True)
+            if isinstance(exc, Exception) and not isinstance(exc, IngestError):
+                raise IngestError(f"{filename!r}: ingest failed, previous version kept: "
+                                  f"{type(exc).__name__}: {exc}") from exc
+            raise
+        self._fault("after_commit")
         self.store.delete(self.collection, mine.and_(Filter(must_not=(Cond("doc_version", doc_version),))))
-        return IngestResult(key, doc_version, len(chunks), True, time.perf_counter() - t0, chunk_stats(chunks))
+        marker.unlink(missing_ok=True)
+        return IngestResult(key, doc_version, len(chunks), True, time.perf_counter() - t0,
+                            chunk_stats(chunks), report)
+
+    def _mark_pending(self, key: str, doc_version: str) -> Path:
+        name = hashlib.sha256(key.encode()).hexdigest()[:24] + ".json"
+        p = self.pending_dir / name
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"source": key, "doc_version": doc_version}))
+        tmp.replace(p)
+        return p
+
+    def repair(self) -> list[str]:
+        """Finish or undo writes interrupted by a crash: keep exactly the committed version."""
+        repaired = []
+        for p in sorted(self.pending_dir.glob("*.json")):
+            info = json.loads(p.read_text())
+            key = info["source"]
+            committed = self.raw.get(key, is_owner=True)
+            mine = Filter(must=(Cond("source_filename", key),))
+            if committed is None:
+                self.store.delete(self.collection, mine)
+            else:
+                self.store.delete(self.collection, mine.and_(Filter(must_not=(Cond("doc_version", committed.doc_version),))))
+            p.unlink(missing_ok=True)
+            repaired.append(key)
+        return repaired
 
     def finish_ingest(self) -> None:
         """Build the index (HNSW) once a batch is stored."""
         self.store.optimize(self.collection)
 
-    # -- read paths ------------------------------------------------------------------------
-    def retrieve_knowledge_base(self, query: str, requester_id: str | None, is_owner: bool = False,
-                                top_k: int | None = None, *, floor: float | None = None) -> RetrievalResult:
+    def migrate_private(self, owner_identity: str) -> int:
+        """The seed's migration: every chunk without a visibility becomes private to ``owner``."""
+        legacy = Filter(must=(Empty("visibility"),))
+        n = self.store.count(self.collection, legacy)
+        if n:
+            self.store.set_payload(self.collection, {"visibility": "private", "owner_identity": owner_identity}, legacy)
+        return n
+
+    # -- the six read paths ------------------------------------------------------------------
+    def _floor(self, floor: float | None) -> float:
+        return self.settings.score_floor(self.embedder.id) if floor is None else floor
+
+    def _search(self, query: str, k: int, flt: Filter | None, floor: float) -> RetrievalResult:
         self._check_model()
-        k = top_k or self.settings.retrieval.kb_top_k
-        floor = self.settings.score_floor(self.embedder.id) if floor is None else floor
         qv = self.embedder.embed([query], "query")[0]
-        hits = self.store.search(self.collection, qv, k, flt=access_filter(requester_id, is_owner),
-                                 ef=self.settings.store.hnsw_ef, exact=self.settings.store.exact)
+        hits = self.store.search(self.collection, qv, k, flt=flt, ef=self.settings.store.hnsw_ef,
+                                 exact=self.settings.store.exact)
         kept = [RetrievedChunk.from_hit(h) for h in hits if h.score >= floor]
         return RetrievalResult(query, kept, floor, dropped_below_floor=len(hits) - len(kept))
 
-    def list_documents(self, requester_id: str | None, is_owner: bool = False) -> list[dict]:
-        docs: dict[str, dict] = {}
-        for p in self.store.scroll(self.collection, flt=access_filter(requester_id, is_owner)):
-            pl = p.payload
-            d = docs.setdefault(pl["source_filename"], {
-                "source": pl["source_filename"], "owner_identity": pl["owner_identity"],
-                "visibility": pl["visibility"], "ingested_at": pl["ingested_at"], "chunks": 0})
-            d["chunks"] += 1
-        return [docs[k] for k in sorted(docs)]
+    def retrieve_knowledge_base(self, query: str, requester_id: str | None, is_owner: bool = False,
+                                top_k: int | None = None, *, floor: float | None = None) -> RetrievalResult:
+        k = top_k or self.settings.retrieval.kb_top_k
+        return self._search(query, k, access_filter(requester_id, is_owner), self._floor(floor))
 
-    def count_chunks(self) -> int:
-        return self.store.count(self.collection)
+    def search_within_document(self, source: str, query: str, requester_id: str | None, is_owner: bool = False,
+                               top_k: int | None = None, *, floor: float | None = None) -> RetrievalResult:
+        self._record(source, requester_id, is_owner)  # hidden == missing
+        k = top_k or self.settings.retrieval.doc_top_k
+        flt = _and(access_filter(requester_id, is_owner), Filter(must=(Cond("source_filename", source),)))
+        return self._search(query, k, flt, self._floor(floor))
+
+    def find_source_document(self, query: str, requester_id: str | None, is_owner: bool = False,
+                             *, floor: float | None = None) -> dict | None:
+        """The permitted document whose chunk best matches the query, or None."""
+        res = self._search(query, self.settings.retrieval.kb_top_k, access_filter(requester_id, is_owner),
+                           self._floor(floor))
+        if not res.chunks:
+            return None
+        best = res.chunks[0]
+        return {"source": best.source, "score": best.score, "chunk_index": best.chunk_index}
+
+    def get_document_text(self, source: str, requester_id: str | None, is_owner: bool = False) -> str:
+        rec = self._record(source, requester_id, is_owner)
+        return self.raw.read_blob(rec.text_sha256, ".md").decode("utf-8")
+
+    def get_document(self, source: str, requester_id: str | None, is_owner: bool = False) -> bytes:
+        """The original bytes, as ingested ("send me that file back")."""
+        rec = self._record(source, requester_id, is_owner)
+        return self.raw.read_blob(rec.sha256)
+
+    def list_documents(self, requester_id: str | None, is_owner: bool = False) -> list[dict]:
+        return [r.public() for r in self.raw.list(requester_id=requester_id, is_owner=is_owner)]
+
+    def _record(self, source: str, requester_id: str | None, is_owner: bool) -> DocumentRecord:
+        rec = self.raw.get(source, requester_id=requester_id, is_owner=is_owner)
+        if rec is None:
+            raise DocumentNotFound(f"no document {source!r}")
+        return rec
+
+    def extraction_report(self, source: str, requester_id: str | None, is_owner: bool = False) -> dict:
+        return self._record(source, requester_id, is_owner).report
+
+    def count_chunks(self, source: str | None = None) -> int:
+        flt = Filter(must=(Cond("source_filename", source),)) if source else None
+        return self.store.count(self.collection, flt)

