@@ -39,6 +39,112 @@ def cmd_models(args) -> int:
     return 0 if all(r["ok"] for r in rows) else 1
 
 
+def _kb(args):
+    from .kb import open_knowledge_base
+
+    return open_knowledge_base(_settings(args), progress=not getattr(args, "quiet", False))
+
+
+def cmd_ingest(args) -> int:
+    """Batch ingest: every failure is reported with its reason and the rest go on."""
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from .kb import IngestError
+
+    kb = _kb(args)
+    paths = []
+    for p in args.paths:
+        p = Path(p)
+        paths.extend(sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p])
+    ok, failed = 0, []
+    bar = tqdm(paths, desc="ingest", unit="file", disable=args.quiet)
+    for path in bar:
+        bar.set_postfix_str(path.name[:30])
+        try:
+            res = kb.ingest_document(path, path.name, args.owner, args.visibility)
+        except IngestError as exc:
+            failed.append((path, str(exc)))
+            tqdm.write(f"FAILED {path}: {exc}")
+            continue
+        ok += 1
+        warnings = res.report.get("warnings") or []
+        state = "stored" if res.changed else "unchanged"
+        tqdm.write(f"{state:9} {res.source}  chunks={res.n_chunks}  chars={res.report.get('total_chars')}"
+                   + "".join(f"\n          WARNING {w.get('code')}: {w.get('message')}" for w in warnings))
+    kb.finish_ingest()
+    kb.store.close()
+    print(f"ingested {ok} file(s), {len(failed)} failed")
+    for path, reason in failed:
+        print(f"  {path}: {reason}")
+    return 1 if failed else 0
+
+
+def cmd_search(args) -> int:
+    from .kb import DocumentNotFound
+
+    kb = _kb(args)
+    try:
+        if args.within:
+            res = kb.search_within_document(args.within, args.query, args.requester, args.owner_role, args.k)
+        else:
+            res = kb.retrieve_knowledge_base(args.query, args.requester, args.owner_role, args.k)
+    except DocumentNotFound as exc:
+        print(f"adiyan: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        kb.store.close()
+    if not res.chunks:
+        print(f"no results: {res.empty_reason}")
+    for i, c in enumerate(res.chunks, 1):
+        print(f"{i}. {c.score:.3f}  {c.source}#{c.chunk_index}\n   " + " ".join(c.text.split())[:300])
+    return 0
+
+
+def cmd_ls(args) -> int:
+    kb = _kb(args)
+    docs = kb.list_documents(args.requester, args.owner_role)
+    kb.store.close()
+    for d in docs:
+        print(f"{d['source']:<50} {d['visibility']:<8} {d['chunks']:>5} chunks  {d['size']:>9} B  {d['ingested_at']}")
+    print(f"{len(docs)} document(s)")
+    return 0
+
+
+def cmd_get(args) -> int:
+    from .kb import DocumentNotFound
+
+    kb = _kb(args)
+    try:
+        if args.report:
+            print(json.dumps(kb.extraction_report(args.source, args.requester, args.owner_role), indent=2))
+        elif args.text:
+            print(kb.get_document_text(args.source, args.requester, args.owner_role))
+        else:
+            data = kb.get_document(args.source, args.requester, args.owner_role)
+            if args.output:
+                with open(args.output, "wb") as f:
+                    f.write(data)
+                print(f"wrote {len(data)} bytes to {args.output}")
+            else:
+                sys.stdout.buffer.write(data)
+    except DocumentNotFound as exc:
+        print(f"adiyan: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        kb.store.close()
+    return 0
+
+
+def cmd_migrate_private(args) -> int:
+    kb = _kb(args)
+    n = kb.migrate_private(args.owner)
+    kb.store.close()
+    print(f"tagged {n} chunk(s) without visibility as private to {args.owner}")
+    return 0
+
+
 def _table(rows) -> str:
     cols = ["name", "id", "size", "load_s", "ok", "smoke"]
     widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
@@ -63,6 +169,34 @@ def main(argv: list[str] | None = None) -> int:
     pm.add_argument("--only", action="append", help="check only these model names")
     pm.add_argument("--json", action="store_true")
     pm.set_defaults(fn=cmd_models)
+    who = argparse.ArgumentParser(add_help=False)
+    who.add_argument("--as", dest="requester", default=None, help="requester identity (default: anonymous)")
+    who.add_argument("--owner-role", action="store_true", help="the owner role: bypasses the access filter")
+    who.add_argument("--quiet", action="store_true")
+    pi = sub.add_parser("ingest", help="ingest files or folders into the knowledge base")
+    pi.add_argument("paths", nargs="+")
+    pi.add_argument("--owner", required=True, help="owner identity of the documents")
+    pi.add_argument("--visibility", choices=["private", "global"], default="private")
+    pi.add_argument("--quiet", action="store_true")
+    pi.set_defaults(fn=cmd_ingest)
+    ps = sub.add_parser("search", parents=[who], help="search the knowledge base (or one document) as a requester")
+    ps.add_argument("query")
+    ps.add_argument("-k", type=int, default=None)
+    ps.add_argument("--within", metavar="SOURCE", help="search inside one document (owner/filename)")
+    ps.set_defaults(fn=cmd_search)
+    sub.add_parser("ls", parents=[who], help="list the documents a requester may see").set_defaults(fn=cmd_ls)
+    pg = sub.add_parser("get", parents=[who], help="get a document back: bytes, --text or --report")
+    pg.add_argument("source", help="source key, owner/filename")
+    pg.add_argument("--text", action="store_true", help="the extracted Markdown instead of the bytes")
+    pg.add_argument("--report", action="store_true", help="the extraction report")
+    pg.add_argument("-o", "--output", help="write the bytes to this file")
+    pg.set_defaults(fn=cmd_get)
+    pk = sub.add_parser("kb", help="knowledge-base maintenance")
+    ksub = pk.add_subparsers(dest="kbcmd", required=True)
+    pmp = ksub.add_parser("migrate-private", help="tag chunks without visibility as private to OWNER")
+    pmp.add_argument("--owner", required=True)
+    pmp.add_argument("--quiet", action="store_true")
+    pmp.set_defaults(fn=cmd_migrate_private)
     args = p.parse_args(argv)
     try:
         return args.fn(args)

@@ -352,3 +352,11 @@ class KnowledgeBase:
     def count_chunks(self, source: str | None = None) -> int:
         flt = Filter(must=(Cond("source_filename", source),)) if source else None
         return self.store.count(self.collection, flt)
+
+
+def open_knowledge_base(settings, *, progress: bool = True) -> KnowledgeBase:
+    """The configured knowledge base: store engine, embedder (behind its cache), data directory."""
+    from .models import embedder_from_settings
+    from .store import open_store
+
+    return KnowledgeBase(settings, open_store(settings), embedder_from_settings(settings, progress=progress))

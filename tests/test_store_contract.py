@@ -1,0 +1,135 @@
+"""The store contract: one suite, run against both engines (Qdrant's embedded engine and
+qdrant-client, whose local mode stands in for a server). The same-model rule is enforced."""
+
+import numpy as np
+import pytest
+
+from adiyan.store import Cond, EdgeStore, EmbedderMismatchError, Empty, Filter, Point, ServerStore
+
+
+@pytest.fixture(params=["edge", "local"])
+def store(request, tmp_path):
+    s = EdgeStore(tmp_path / "data") if request.param == "edge" else ServerStore(path=str(tmp_path / "ql"))
+    yield s
+    s.close()
+
+
+def _unit(rng, n, d):
+    v = rng.standard_normal((n, d)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def test_search_filter_delete_match_numpy(store):
+    rng = np.random.default_rng(0)
+    vecs = _unit(rng, 60, 16)
+    store.ensure_collection("c", dim=16, embedder_id="toy", normalized=True)
+    store.upsert("c", [Point(f"00000000-0000-0000-0000-{i:012d}", vecs[i],
+                             {"owner_identity": f"o{i % 3}", "visibility": "global" if i % 2 else "private",
+                              "source_filename": f"o{i % 3}/f{i}", "i": i}) for i in range(60)])
+    assert store.count("c") == 60
+    q = vecs[7]
+    hits = store.search("c", q, 5, exact=True)
+    expected = np.argsort(-(vecs @ q), kind="stable")[:5]
+    assert [h.payload["i"] for h in hits] == expected.tolist()
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+    flt = Filter(should=(Cond("visibility", "global"), Cond("owner_identity", "o0")))
+    allowed = [i for i in range(60) if i % 2 or i % 3 == 0]
+    fh = store.search("c", q, 10, flt=flt, exact=True)
+    assert len(fh) == 10 and all(h.payload["i"] in allowed for h in fh)
+    ref = sorted(allowed, key=lambda i: -float(vecs[i] @ q))[:10]
+    assert [h.payload["i"] for h in fh] == ref
+    assert store.count("c", flt) == len(allowed)
+    store.delete("c", Filter(must=(Cond("owner_identity", "o1"),)))
+    assert store.count("c") == 40
+    assert sorted(p.payload["i"] for p in store.scroll("c", flt=Filter(must=(Cond("owner_identity", "o2"),)))) \
+        == list(range(2, 60, 3))
+
+
+def test_collection_records_the_embedder(store):
+    meta = store.ensure_collection("kb", dim=384, embedder_id="minilm", normalized=True)
+    assert (meta.embedder_id, meta.dim, meta.normalized) == ("minilm", 384, True)
+    again = store.collection_meta("kb")
+    assert (again.embedder_id, again.dim) == ("minilm", 384)
+    with pytest.raises(EmbedderMismatchError, match="built with embedder 'minilm'.*'mpnet'"):
+        store.ensure_collection("kb", dim=768, embedder_id="mpnet", normalized=True)
+    with pytest.raises(EmbedderMismatchError):  # same width, different model: still refused
+        store.ensure_collection("kb", dim=384, embedder_id="sentence-transformers:/x", normalized=True)
+
+
+def test_edge_store_persists_across_reopen(tmp_path):
+    rng = np.random.default_rng(1)
+    vecs = _unit(rng, 20, 8)
+    s = EdgeStore(tmp_path / "d")
+    s.ensure_collection("c", dim=8, embedder_id="toy")
+    s.upsert("c", [Point(f"00000000-0000-0000-0000-{i:012d}", vecs[i], {"i": i}) for i in range(20)])
+    before = [(h.id, round(h.score, 6)) for h in s.search("c", vecs[3], 5, exact=True)]
+    s.close()
+    s2 = EdgeStore(tmp_path / "d")
+    assert s2.count("c") == 20
+    assert [(h.id, round(h.score, 6)) for h in s2.search("c", vecs[3], 5, exact=True)] == before
+    s2.close()
+
+
+def _pid(i: int) -> str:
+    return f"00000000-0000-0000-0000-{i:012d}"
+
+
+def test_upsert_same_id_overwrites(store):
+    store.ensure_collection("c", dim=4, embedder_id="toy")
+    store.upsert("c", [Point(_pid(1), np.array([1, 0, 0, 0], np.float32), {"v": "old"})])
+    store.upsert("c", [Point(_pid(1), np.array([0, 1, 0, 0], np.float32), {"v": "new"})])
+    assert store.count("c") == 1
+    hit = store.search("c", np.array([0, 1, 0, 0], np.float32), 1, exact=True)[0]
+    assert hit.payload["v"] == "new" and hit.score == pytest.approx(1.0, abs=1e-6)
+
+
+def test_set_payload_on_empty_field(store):
+    store.ensure_collection("c", dim=4, embedder_id="toy")
+    v = np.array([1, 0, 0, 0], np.float32)
+    store.upsert("c", [Point(_pid(1), v, {"visibility": "global"}), Point(_pid(2), v, {"text": "legacy"}),
+                       Point(_pid(3), v, {"visibility": None})])
+    legacy = Filter(must=(Empty("visibility"),))
+    assert store.count("c", legacy) == 2
+    store.set_payload("c", {"visibility": "private", "owner_identity": "o"}, legacy)
+    assert store.count("c", legacy) == 0
+    assert store.count("c", Filter(must=(Cond("visibility", "private"), Cond("owner_identity", "o")))) == 2
+    assert store.count("c", Filter(must=(Cond("visibility", "global"),))) == 1
+
+
+def test_scroll_pages_through_everything(store):
+    rng = np.random.default_rng(3)
+    store.ensure_collection("c", dim=8, embedder_id="toy")
+    vecs = _unit(rng, 2500, 8)
+    store.upsert("c", [Point(_pid(i), vecs[i], {"i": i}) for i in range(2500)])
+    seen = [p.payload["i"] for p in store.scroll("c")]
+    assert sorted(seen) == list(range(2500))  # > one page of 1000, no duplicates
+    with_vec = next(iter(store.scroll("c", with_vectors=True)))
+    np.testing.assert_allclose(with_vec.vector, vecs[with_vec.payload["i"]], atol=1e-6)
+
+
+def test_score_threshold(store):
+    store.ensure_collection("c", dim=2, embedder_id="toy")
+    store.upsert("c", [Point(_pid(i), np.array([np.cos(a), np.sin(a)], np.float32), {"i": i})
+                       for i, a in enumerate([0.0, 0.5, 1.0, 1.5])])
+    hits = store.search("c", np.array([1, 0], np.float32), 4, exact=True, score_threshold=0.6)
+    # cos(0)=1, cos(0.5)=0.878, cos(1.0)=0.540, cos(1.5)=0.071
+    assert [h.payload["i"] for h in hits] == [0, 1]
+
+
+def test_edge_hnsw_with_ef_and_filter_agrees_with_exact(tmp_path):
+    """Real HNSW after optimize(): with a generous ef it finds what brute force finds, filtered too."""
+    rng = np.random.default_rng(5)
+    n, d = 3000, 32
+    vecs = _unit(rng, n, d)
+    s = EdgeStore(tmp_path / "d", hnsw_m=16, hnsw_ef_construct=100, full_scan_threshold=10)
+    s.ensure_collection("c", dim=d, embedder_id="toy")
+    s.upsert("c", [Point(_pid(i), vecs[i], {"visibility": "global" if i % 2 else "private"}) for i in range(n)])
+    s.optimize("c")
+    flt = Filter(must=(Cond("visibility", "global"),))
+    recall = []
+    for q in _unit(rng, 20, d):
+        exact = {h.id for h in s.search("c", q, 10, flt=flt, exact=True)}
+        approx = {h.id for h in s.search("c", q, 10, flt=flt, ef=256)}
+        recall.append(len(exact & approx) / 10)
+    assert np.mean(recall) >= 0.95, recall
+    s.close()
