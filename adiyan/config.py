@@ -96,6 +96,7 @@ class RetrievalConfig(_Section):
     default_floor: float = 0.0
     mode: Literal["dense", "bm25", "hybrid"] = "dense"
     rrf_k: int = Field(60, ge=1)
+    hybrid_prefetch: int = Field(50, ge=1)  # candidates per side before fusion
     rerank: bool = False
     rerank_model: str = "mpnet"
     rerank_overfetch: int = Field(4, ge=1)

@@ -29,7 +29,7 @@ from typing import Callable
 
 from .chunking import chunk_stats, chunk_text
 from .ingest.rawstore import DocumentRecord, RawStore
-from .store.base import Cond, Empty, Filter, Hit, Point
+from .store.base import Cond, Empty, Filter, Hit, LexicalEncoder, Point
 
 VISIBILITIES = ("private", "global")
 _POINT_NS = uuid.UUID("6f1c0a52-3b8e-4c1e-9a57-5d2f1a7e0b11")
@@ -105,8 +105,9 @@ class RetrievedChunk:
 class RetrievalResult:
     query: str
     chunks: list[RetrievedChunk]
-    floor: float
+    floor: float  # applies to dense cosine scores only; bm25 / hybrid scores are not similarities
     dropped_below_floor: int = 0
+    mode: str = "dense"
 
     @property
     def empty_reason(self) -> str | None:
@@ -140,6 +141,7 @@ class KnowledgeBase:
         self.pending_dir.mkdir(parents=True, exist_ok=True)
         # Fault injection for tests: called with a stage name at each step of the write path.
         self.fault_hook: Callable[[str], None] | None = None
+        self.lexical = LexicalEncoder()
         self.store.ensure_collection(self.collection, dim=embedder.dim, embedder_id=embedder.id,
                                      normalized=embedder.normalized)
         self.repair()
@@ -231,7 +233,7 @@ class KnowledgeBase:
                 "source_filename": key, "chunk_index": c.index, "ingested_at": now,
                 "owner_identity": owner, "visibility": visibility, "doc_version": doc_version,
                 "text": c.text,
-            }) for i, c in enumerate(chunks)
+            }, sparse=self.lexical.document(c.text)) for i, c in enumerate(chunks)
         ]
         marker = self._mark_pending(key, doc_version)
         new_version = mine.and_(Filter(must=(Cond("doc_version", doc_version),)))
@@ -299,10 +301,19 @@ class KnowledgeBase:
         return self.settings.score_floor(self.embedder.id) if floor is None else floor
 
     def _search(self, query: str, k: int, flt: Filter | None, floor: float) -> RetrievalResult:
+        """One engine query under the access filter, in the configured mode (dense, bm25, hybrid)."""
         self._check_model()
+        rc, sc = self.settings.retrieval, self.settings.store
+        if rc.mode == "bm25":
+            hits = self.store.sparse_search(self.collection, self.lexical.query(query), k, flt=flt)
+            return RetrievalResult(query, [RetrievedChunk.from_hit(h) for h in hits], floor, 0, "bm25")
         qv = self.embedder.embed([query], "query")[0]
-        hits = self.store.search(self.collection, qv, k, flt=flt, ef=self.settings.store.hnsw_ef,
-                                 exact=self.settings.store.exact)
+        if rc.mode == "hybrid":
+            hits = self.store.hybrid_search(self.collection, qv, self.lexical.query(query), k, flt=flt,
+                                            prefetch=max(rc.hybrid_prefetch, k), rrf_k=rc.rrf_k,
+                                            ef=sc.hnsw_ef, exact=sc.exact)
+            return RetrievalResult(query, [RetrievedChunk.from_hit(h) for h in hits], floor, 0, "hybrid")
+        hits = self.store.search(self.collection, qv, k, flt=flt, ef=sc.hnsw_ef, exact=sc.exact)
         kept = [RetrievedChunk.from_hit(h) for h in hits if h.score >= floor]
         return RetrievalResult(query, kept, floor, dropped_below_floor=len(hits) - len(kept))
 

@@ -66,3 +66,18 @@ def test_empty_document_is_an_error_naming_the_file(kb):
     with pytest.raises(IngestError, match="'empty.md': no text"):
         kb.ingest_text("  \n", "empty.md", "office", "global")
     assert kb.count_chunks() == 0
+
+
+@pytest.mark.parametrize("mode", ["bm25", "hybrid"])
+def test_lexical_modes_find_exact_tokens_under_the_policy(make_settings, minilm, mode):
+    s = make_settings(**{"retrieval.mode": mode})
+    store = open_store(s)
+    kb = KnowledgeBase(s, store, minilm)
+    kb.ingest_text(TEXT_A, "prices.md", "office", "global")
+    kb.ingest_text(TEXT_B, "safe.md", "alice", "private")
+    kb.ingest_text("# Codes\n\nThe refund form is RF-22; the equipment list is EQ-5.\n", "codes.md", "office", "global")
+    res = kb.retrieve_knowledge_base("RF-22", "bob", top_k=2)
+    assert res.mode == mode and res.chunks[0].source == "office/codes.md"
+    assert all(c.source != "alice/safe.md" for c in kb.retrieve_knowledge_base("safe code 7319", "bob", top_k=3).chunks)
+    assert kb.retrieve_knowledge_base("safe code 7319", "alice", top_k=1).chunks[0].source == "alice/safe.md"
+    store.close()

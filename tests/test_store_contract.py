@@ -133,3 +133,46 @@ def test_edge_hnsw_with_ef_and_filter_agrees_with_exact(tmp_path):
         recall.append(len(exact & approx) / 10)
     assert np.mean(recall) >= 0.95, recall
     s.close()
+
+
+def _lexical_corpus(store, rng):
+    from adiyan.store import LexicalEncoder
+
+    enc = LexicalEncoder()
+    texts = [f"common words about travel and prices number {i}" for i in range(40)]
+    texts[13] += " zygomorphic"
+    texts[27] += " zygomorphic zygomorphic"
+    vecs = _unit(rng, 40, 16)
+    store.ensure_collection("h", dim=16, embedder_id="toy")
+    store.upsert("h", [Point(_pid(i), vecs[i], {"i": i, "visibility": "global" if i != 27 else "private"},
+                             sparse=enc.document(texts[i])) for i in range(40)])
+    return enc, vecs
+
+
+def test_sparse_search_finds_the_rare_term(store):
+    enc, _ = _lexical_corpus(store, np.random.default_rng(7))
+    hits = store.sparse_search("h", enc.query("zygomorphic flowers"), 5)
+    assert [h.payload["i"] for h in hits] == [27, 13]  # tf 2 beats tf 1; nothing else has the term
+    only_global = store.sparse_search("h", enc.query("zygomorphic"), 5, flt=Filter(must=(Cond("visibility", "global"),)))
+    assert [h.payload["i"] for h in only_global] == [13]
+
+
+def test_hybrid_is_rrf_of_both_sides_under_the_filter(store):
+    enc, vecs = _lexical_corpus(store, np.random.default_rng(7))
+    q_dense, q_sparse = vecs[5], enc.query("zygomorphic")
+    flt = Filter(must=(Cond("visibility", "global"),))
+    dense = [h.payload["i"] for h in store.search("h", q_dense, 10, flt=flt, exact=True)]
+    sparse = [h.payload["i"] for h in store.sparse_search("h", q_sparse, 10, flt=flt)]
+    fused = store.hybrid_search("h", q_dense, q_sparse, 5, flt=flt, prefetch=10, rrf_k=60, exact=True)
+    assert 27 not in [h.payload["i"] for h in fused]  # the filter holds on the sparse side too
+    expected = {}
+    for run in (dense, sparse):
+        for rank, i in enumerate(run, 1):
+            expected[i] = expected.get(i, 0.0) + 1.0 / (60 + rank)
+    got = {h.payload["i"]: h.score for h in fused}
+    top = sorted(expected, key=lambda i: -expected[i])[:5]
+    assert set(got) == set(top)
+    # scores are the paper's RRF (ranks from 1): doc 5 is first on the dense side only
+    for i, score in got.items():
+        assert score == pytest.approx(expected[i], rel=1e-6), i
+    assert got[5] == pytest.approx(1 / 61, rel=1e-6) or 5 in sparse

@@ -96,11 +96,39 @@ class CollectionMeta:
             )
 
 
+SPARSE_NAME = "bm25"  # the sparse (lexical) vector every collection carries beside the dense one
+
+
+@dataclass(frozen=True)
+class Sparse:
+    indices: tuple[int, ...]
+    values: tuple[float, ...]
+
+
 @dataclass
 class Point:
     id: str
     vector: np.ndarray
     payload: dict
+    sparse: Sparse | None = None
+
+
+class LexicalEncoder:
+    """BM25 sparse vectors (Qdrant's own tokenizer, stemmer and stop words; IDF is applied by the
+    engine through the collection's IDF modifier), shared by both engines."""
+
+    def __init__(self, k: float = 1.2, b: float = 0.75, avg_len: float = 256.0):
+        import qdrant_edge as qe
+
+        self._model = qe.Bm25(qe.Bm25Config(k=k, b=b, avg_len=avg_len, language="english"))
+
+    def document(self, text: str) -> Sparse:
+        v = self._model.embed_document(text)
+        return Sparse(tuple(v.indices), tuple(v.values))
+
+    def query(self, text: str) -> Sparse:
+        v = self._model.embed_query(text)
+        return Sparse(tuple(v.indices), tuple(v.values))
 
 
 @dataclass
@@ -131,6 +159,19 @@ class VectorStore(Protocol):
 
     def search(self, name: str, vector: np.ndarray, limit: int, *, flt: Filter | None = None,
                ef: int | None = None, exact: bool = False, score_threshold: float | None = None) -> list[Hit]: ...
+
+    def sparse_search(self, name: str, query: Sparse, limit: int, *, flt: Filter | None = None) -> list[Hit]: ...
+
+    def hybrid_search(self, name: str, vector: np.ndarray, query: Sparse, limit: int, *,
+                      flt: Filter | None = None, prefetch: int = 50, rrf_k: int = 60,
+                      ef: int | None = None, exact: bool = False) -> list[Hit]:
+        """Dense and sparse candidates fused by RRF inside the engine; the filter applies to both.
+
+        ``rrf_k`` follows Cormack et al. (2009): score = Σ 1/(k + rank), ranks from 1. Qdrant counts
+        ranks from 0 and scores 1/(k + rank0), so the engines are given k + 1: the scores equal
+        the paper's formula exactly (checked in the store contract tests).
+        """
+        ...
 
     def scroll(self, name: str, *, flt: Filter | None = None, with_vectors: bool = False) -> Iterable[Point]: ...
 

@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import INDEXED_FIELDS, CollectionMeta, Empty, Filter, Hit, Point, StoreError
+from .base import INDEXED_FIELDS, SPARSE_NAME, CollectionMeta, Empty, Filter, Hit, Point, Sparse, StoreError
 
 _SCROLL_PAGE = 1000
 
@@ -80,6 +80,7 @@ class EdgeStore:
             hnsw = qe.HnswIndexConfig(m=self.hnsw_m, ef_construct=self.hnsw_ef_construct,
                                       full_scan_threshold=self.full_scan_threshold)
             config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine),
+                                   sparse_vectors={SPARSE_NAME: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
                                    hnsw_config=hnsw)
             shard = qe.EdgeShard.create(str(self.root / name), config)
             for field in INDEXED_FIELDS:
@@ -125,7 +126,10 @@ class EdgeStore:
             vec = np.asarray(p.vector, dtype=np.float32)
             if meta and vec.shape != (meta.dim,):
                 raise StoreError(f"collection {name!r}: vector of shape {vec.shape} for point {p.id}, expected ({meta.dim},)")
-            pts.append(qe.Point(id=p.id, vector=vec.tolist(), payload=p.payload))
+            vector = vec.tolist()
+            if p.sparse is not None:
+                vector = {"": vector, SPARSE_NAME: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))}
+            pts.append(qe.Point(id=p.id, vector=vector, payload=p.payload))
         with self._lock:
             shard = self._shard(name)
             shard.update(qe.UpdateOperation.upsert_points(pts))
@@ -160,6 +164,31 @@ class EdgeStore:
             res = self._shard(name).query(req)
         return [Hit(str(r.id), float(r.score), dict(r.payload or {})) for r in res]
 
+    def sparse_search(self, name: str, query: Sparse, limit: int, *, flt: Filter | None = None) -> list[Hit]:
+        qe = _edge()
+        req = qe.QueryRequest(limit=limit, with_payload=True, filter=_to_edge_filter(flt),
+                              query=qe.Query.Nearest(qe.SparseVector(list(query.indices), list(query.values)),
+                                                     using=SPARSE_NAME))
+        with self._lock:
+            res = self._shard(name).query(req)
+        return [Hit(str(r.id), float(r.score), dict(r.payload or {})) for r in res]
+
+    def hybrid_search(self, name: str, vector: np.ndarray, query: Sparse, limit: int, *,
+                      flt: Filter | None = None, prefetch: int = 50, rrf_k: int = 60,
+                      ef: int | None = None, exact: bool = False) -> list[Hit]:
+        qe = _edge()
+        ef_filter = _to_edge_filter(flt)
+        dense = qe.Prefetch(limit=prefetch, query=qe.Query.Nearest(np.asarray(vector, np.float32).tolist()),
+                            filter=ef_filter, params=qe.SearchParams(hnsw_ef=ef, exact=exact))
+        sparse = qe.Prefetch(limit=prefetch, filter=ef_filter,
+                             query=qe.Query.Nearest(qe.SparseVector(list(query.indices), list(query.values)),
+                                                    using=SPARSE_NAME))
+        req = qe.QueryRequest(limit=limit, prefetches=[dense, sparse], query=qe.Fusion.Rrf(k=rrf_k + 1),
+                              filter=ef_filter, with_payload=True)
+        with self._lock:
+            res = self._shard(name).query(req)
+        return [Hit(str(r.id), float(r.score), dict(r.payload or {})) for r in res]
+
     def scroll(self, name: str, *, flt: Filter | None = None, with_vectors: bool = False) -> Iterable[Point]:
         qe = _edge()
         offset = None
@@ -169,7 +198,8 @@ class EdgeStore:
                     offset=offset, limit=_SCROLL_PAGE, filter=_to_edge_filter(flt),
                     with_payload=True, with_vector=with_vectors))
             for r in records:
-                vec = np.asarray(r.vector, dtype=np.float32) if with_vectors and r.vector is not None else None
+                v = r.vector.get("") if isinstance(r.vector, dict) else r.vector
+                vec = np.asarray(v, dtype=np.float32) if with_vectors and v is not None else None
                 yield Point(str(r.id), vec, dict(r.payload or {}))
             if offset is None:
                 break

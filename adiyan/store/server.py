@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import INDEXED_FIELDS, CollectionMeta, Empty, Filter, Hit, Point, StoreError
+from .base import INDEXED_FIELDS, SPARSE_NAME, CollectionMeta, Empty, Filter, Hit, Point, Sparse, StoreError
 
 
 def _models():
@@ -83,6 +83,7 @@ class ServerStore:
         self.client.create_collection(
             name,
             vectors_config=m.VectorParams(size=dim, distance=m.Distance.COSINE),
+            sparse_vectors_config={SPARSE_NAME: m.SparseVectorParams(modifier=m.Modifier.IDF)},
             hnsw_config=m.HnswConfigDiff(m=self.hnsw_m, ef_construct=self.hnsw_ef_construct),
             metadata={"adiyan": meta.to_dict()},
         )
@@ -98,9 +99,14 @@ class ServerStore:
         if not points:
             return
         m = _models()
-        self.client.upsert(name, points=[
-            m.PointStruct(id=p.id, vector=np.asarray(p.vector, dtype=np.float32).tolist(), payload=p.payload)
-            for p in points], wait=True)
+        def vector(p):
+            dense = np.asarray(p.vector, dtype=np.float32).tolist()
+            if p.sparse is None:
+                return dense
+            return {"": dense, SPARSE_NAME: m.SparseVector(indices=list(p.sparse.indices), values=list(p.sparse.values))}
+
+        self.client.upsert(name, points=[m.PointStruct(id=p.id, vector=vector(p), payload=p.payload)
+                                         for p in points], wait=True)
 
     def delete(self, name: str, flt: Filter) -> None:
         m = _models()
@@ -119,13 +125,37 @@ class ServerStore:
         )
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in res.points]
 
+    def sparse_search(self, name: str, query: Sparse, limit: int, *, flt: Filter | None = None) -> list[Hit]:
+        m = _models()
+        res = self.client.query_points(
+            name, query=m.SparseVector(indices=list(query.indices), values=list(query.values)), using=SPARSE_NAME,
+            limit=limit, query_filter=_to_filter(flt), with_payload=True)
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in res.points]
+
+    def hybrid_search(self, name: str, vector: np.ndarray, query: Sparse, limit: int, *,
+                      flt: Filter | None = None, prefetch: int = 50, rrf_k: int = 60,
+                      ef: int | None = None, exact: bool = False) -> list[Hit]:
+        m = _models()
+        f = _to_filter(flt)
+        res = self.client.query_points(
+            name,
+            prefetch=[
+                m.Prefetch(query=np.asarray(vector, np.float32).tolist(), limit=prefetch, filter=f,
+                           params=m.SearchParams(hnsw_ef=ef, exact=exact)),
+                m.Prefetch(query=m.SparseVector(indices=list(query.indices), values=list(query.values)),
+                           using=SPARSE_NAME, limit=prefetch, filter=f),
+            ],
+            query=m.RrfQuery(rrf=m.Rrf(k=rrf_k + 1)), limit=limit, query_filter=f, with_payload=True)
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in res.points]
+
     def scroll(self, name: str, *, flt: Filter | None = None, with_vectors: bool = False) -> Iterable[Point]:
         offset = None
         while True:
             records, offset = self.client.scroll(name, scroll_filter=_to_filter(flt), limit=1000, offset=offset,
                                                  with_payload=True, with_vectors=with_vectors)
             for r in records:
-                vec = np.asarray(r.vector, dtype=np.float32) if with_vectors and r.vector is not None else None
+                v = r.vector.get("") if isinstance(r.vector, dict) else r.vector
+                vec = np.asarray(v, dtype=np.float32) if with_vectors and v is not None else None
                 yield Point(str(r.id), vec, dict(r.payload or {}))
             if offset is None:
                 break

@@ -1,0 +1,155 @@
+"""BEIR-format retrieval data sets: load from a folder, or fetch the public zip into a cache.
+
+The BEIR layout (Thakur et al., 2021, https://github.com/beir-cellar/beir) is::
+
+    <name>/corpus.jsonl      one {"_id", "title", "text"} per line
+    <name>/queries.jsonl     one {"_id", "text"} per line
+    <name>/qrels/<split>.tsv "query-id<TAB>corpus-id<TAB>score" with a header line
+
+Only queries judged in the chosen split are kept, as BEIR's own loader does: a query without
+qrels cannot be scored and would only dilute the mean.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import tempfile
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
+
+Qrels = dict[str, dict[str, int]]
+Run = dict[str, dict[str, float]]
+
+
+class BeirFormatError(FileNotFoundError):
+    """A BEIR folder is missing a file or a file is not in the expected format."""
+
+
+@dataclass
+class BeirData:
+    corpus: dict[str, dict[str, str]]  # doc id -> {"title", "text"}
+    queries: dict[str, str]  # query id -> text (only queries with qrels in the split)
+    qrels: Qrels  # query id -> {doc id: relevance}
+    split: str = "test"
+    path: str = ""
+
+    def doc_ids(self) -> list[str]:
+        return list(self.corpus)
+
+    def doc_texts(self, ids: list[str] | None = None) -> list[str]:
+        """``title + " " + text`` per document, the text BEIR's dense baselines embed."""
+        return [doc_text(self.corpus[i]) for i in (self.doc_ids() if ids is None else ids)]
+
+    def stats(self) -> dict:
+        return {"docs": len(self.corpus), "queries": len(self.queries),
+                "qrels": sum(len(v) for v in self.qrels.values()), "split": self.split}
+
+
+def doc_text(doc: dict) -> str:
+    """Title and body joined by a space and stripped, as in BEIR's SentenceBERT wrapper."""
+    return (doc.get("title", "") + " " + doc.get("text", "")).strip()
+
+
+def _need(path: Path, what: str) -> Path:
+    if not path.is_file():
+        raise BeirFormatError(f"BEIR data: missing {what} file {path} (expected the BEIR layout: "
+                              "corpus.jsonl, queries.jsonl, qrels/<split>.tsv)")
+    return path
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise BeirFormatError(f"{path}:{n}: not valid JSON: {exc}") from None
+            if "_id" not in row:
+                raise BeirFormatError(f"{path}:{n}: row has no '_id'")
+            rows.append(row)
+    return rows
+
+
+def read_qrels(path: str | os.PathLike) -> Qrels:
+    """A BEIR qrels TSV (with header) as {query id: {doc id: relevance}}."""
+    path = _need(Path(path), "qrels")
+    qrels: Qrels = {}
+    with path.open(encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(reader, None)
+        if header is None or [h.strip() for h in header[:2]] != ["query-id", "corpus-id"]:
+            raise BeirFormatError(f"{path}: expected the header 'query-id\\tcorpus-id\\tscore', got {header!r}")
+        for n, row in enumerate(reader, 2):
+            if not row:
+                continue
+            if len(row) < 3:
+                raise BeirFormatError(f"{path}:{n}: expected 3 tab-separated columns, got {row!r}")
+            qrels.setdefault(row[0], {})[row[1]] = int(row[2])
+    return qrels
+
+
+def load_beir(path: str | os.PathLike, split: str = "test") -> BeirData:
+    """Load a BEIR folder; keeps only the queries that have qrels in ``split``."""
+    root = Path(path)
+    if not root.is_dir():
+        raise BeirFormatError(f"BEIR data: {root} is not a folder (pass the data set's folder, "
+                              "e.g. ../shared/datasets/scifact, or use download_beir(name, cache_dir))")
+    corpus_path = _need(root / "corpus.jsonl", "corpus")
+    queries_path = _need(root / "queries.jsonl", "queries")
+    qrels = read_qrels(root / "qrels" / f"{split}.tsv")
+    corpus = {str(r["_id"]): {"title": r.get("title") or "", "text": r.get("text") or ""}
+              for r in _read_jsonl(corpus_path)}
+    all_queries = {str(r["_id"]): r.get("text") or "" for r in _read_jsonl(queries_path)}
+    missing = sorted(set(qrels) - set(all_queries))
+    if missing:
+        raise BeirFormatError(f"{root}: {len(missing)} query ids in qrels/{split}.tsv are not in "
+                              f"queries.jsonl, e.g. {missing[:3]}")
+    queries = {qid: all_queries[qid] for qid in all_queries if qid in qrels}
+    return BeirData(corpus=corpus, queries=queries, qrels=qrels, split=split, path=str(root))
+
+
+def download_beir(name: str, cache_dir: str | os.PathLike, *, url: str | None = None,
+                  timeout: float = 120.0) -> Path:
+    """Fetch BEIR's public zip for ``name`` into ``cache_dir/<name>`` once; returns that folder.
+
+    The folder has the same layout as ``../shared/datasets/<name>``, so ``load_beir`` reads
+    either. Nothing is fetched when the folder already holds a corpus.
+    """
+    dest = Path(cache_dir) / name
+    if (dest / "corpus.jsonl").is_file() and (dest / "queries.jsonl").is_file():
+        return dest
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    src = url or BEIR_URL.format(name=name)
+    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+        zpath = Path(tmp) / f"{name}.zip"
+        with urllib.request.urlopen(src, timeout=timeout) as resp, zpath.open("wb") as out:  # noqa: S310
+            shutil.copyfileobj(resp, out, 1 << 20)
+        with zipfile.ZipFile(zpath) as zf:
+            base = Path(tmp).resolve()
+            for member in zf.namelist():
+                if not str((base / member).resolve()).startswith(str(base)):
+                    raise BeirFormatError(f"{src}: unsafe path {member!r} in zip")
+            zf.extractall(tmp)
+        found = [p.parent for p in Path(tmp).rglob("corpus.jsonl")]
+        if not found:
+            raise BeirFormatError(f"{src}: the zip holds no corpus.jsonl")
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.move(str(found[0]), str(dest))
+    return dest
+
+
+def resolve_beir(name: str, datasets_dir: str | os.PathLike | None, cache_dir: str | os.PathLike) -> Path:
+    """``datasets_dir/<name>`` when present (offline), else the downloaded copy in ``cache_dir``."""
+    if datasets_dir is not None and (Path(datasets_dir) / name / "corpus.jsonl").is_file():
+        return Path(datasets_dir) / name
+    return download_beir(name, Path(cache_dir) / "beir")

@@ -1,0 +1,227 @@
+"""IR metrics over qrels and runs: nDCG@k, Recall@k, MRR@k, MAP@k, and paired significance tests.
+
+The numbers come from ranx (Bassani, ECIR 2022, https://github.com/AmenRa/ranx), whose metrics
+follow trec_eval; a pure-NumPy implementation of the same four metrics is used only when ranx
+cannot be imported. Both sides see the same input:
+
+* ties are broken before evaluation: each query's documents are ordered by score, descending,
+  then by document id, ascending, and the scores are replaced by that rank order. ranx sorts
+  hashed ids with an unstable sort, so equal scores would otherwise rank arbitrarily
+  (trec_eval breaks ties by doc id descending; we use ascending, like our retrievers);
+* a judged query missing from the run scores 0, an unjudged query in the run is ignored;
+* a document is relevant when its qrel is >= 1; nDCG's gain is the qrel value (trec_eval's
+  ``ndcg_cut``, ranx's ``ndcg``), its discount ``1 / log2(rank + 1)``;
+* MAP@k divides by the number of relevant documents (ranx and trec_eval), not by min(k, R).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+Qrels = Mapping[str, Mapping[str, int]]
+Run = Mapping[str, Mapping[str, float]]
+
+SUPPORTED = ("ndcg", "recall", "mrr", "map")
+
+try:  # ranx is the reference; its numba kernels compile on first use (cached on disk).
+    import ranx as _ranx
+except ImportError:  # pragma: no cover - exercised only where ranx is not installed
+    _ranx = None
+
+
+def backend() -> str:
+    return "ranx" if _ranx is not None else "numpy"
+
+
+def parse_metric(metric: str) -> tuple[str, int | None]:
+    """``"ndcg@10"`` -> ``("ndcg", 10)``; ``"mrr"`` -> ``("mrr", None)`` (whole ranking)."""
+    name, _, k = metric.lower().partition("@")
+    if name not in SUPPORTED:
+        raise ValueError(f"unknown metric {metric!r}; supported: {', '.join(s + '@k' for s in SUPPORTED)}")
+    if k and (not k.isdigit() or int(k) < 1):
+        raise ValueError(f"metric {metric!r}: k must be a positive integer")
+    return name, int(k) if k else None
+
+
+def ranked(docs: Mapping[str, float]) -> list[str]:
+    """Document ids by score descending, ties by id ascending."""
+    return [d for d, _ in sorted(docs.items(), key=lambda kv: (-float(kv[1]), kv[0]))]
+
+
+def _canonical_run(run: Run, qrels: Qrels) -> dict[str, dict[str, float]]:
+    """Judged queries only, each with rank-order scores n, n-1, ..., 1 (ties already broken)."""
+    out: dict[str, dict[str, float]] = {}
+    for qid in qrels:
+        docs = ranked(run.get(qid, {}))
+        out[qid] = {d: float(len(docs) - i) for i, d in enumerate(docs)}
+    return out
+
+
+def _judged(qrels: Qrels) -> dict[str, dict[str, int]]:
+    return {q: {d: int(r) for d, r in docs.items()} for q, docs in qrels.items() if docs}
+
+
+# -- pure NumPy per-query metrics (the fallback, and the reference the tests check by hand) -----
+def _ndcg(rels: dict[str, int], ranking: Sequence[str], k: int | None) -> float:
+    top = ranking[:k] if k else ranking
+    dcg = sum(rels.get(d, 0) / math.log2(i + 2) for i, d in enumerate(top) if rels.get(d, 0) >= 1)
+    ideal = sorted((r for r in rels.values() if r >= 1), reverse=True)
+    ideal = ideal[:k] if k else ideal
+    idcg = sum(r / math.log2(i + 2) for i, r in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+def _recall(rels: dict[str, int], ranking: Sequence[str], k: int | None) -> float:
+    relevant = {d for d, r in rels.items() if r >= 1}
+    top = ranking[:k] if k else ranking
+    return len(relevant.intersection(top)) / len(relevant) if relevant else 0.0
+
+
+def _mrr(rels: dict[str, int], ranking: Sequence[str], k: int | None) -> float:
+    for i, d in enumerate(ranking[:k] if k else ranking):
+        if rels.get(d, 0) >= 1:
+            return 1.0 / (i + 1)
+    return 0.0
+
+
+def _map(rels: dict[str, int], ranking: Sequence[str], k: int | None) -> float:
+    n_rel = sum(1 for r in rels.values() if r >= 1)
+    if not n_rel:
+        return 0.0
+    hits, total = 0, 0.0
+    for i, d in enumerate(ranking[:k] if k else ranking):
+        if rels.get(d, 0) >= 1:
+            hits += 1
+            total += hits / (i + 1)
+    return total / n_rel
+
+
+_NUMPY_METRICS = {"ndcg": _ndcg, "recall": _recall, "mrr": _mrr, "map": _map}
+
+
+def per_query_numpy(qrels: Qrels, run: Run, metric: str) -> dict[str, float]:
+    name, k = parse_metric(metric)
+    fn = _NUMPY_METRICS[name]
+    judged = _judged(qrels)
+    canon = _canonical_run(run, judged)
+    return {q: fn(judged[q], ranked(canon[q]), k) for q in judged}
+
+
+# -- ranx ---------------------------------------------------------------------------------------
+def _ranx_objects(qrels: Qrels, run: Run, name: str = "run"):
+    judged = _judged(qrels)
+    canon = _canonical_run(run, judged)
+    q = _ranx.Qrels(judged)
+    r = _ranx.Run({qid: docs for qid, docs in canon.items() if docs}, name=name)
+    return q, r.make_comparable(q)  # empty rankings for judged queries the run left out
+
+
+def per_query(qrels: Qrels, run: Run, metric: str, *, use_ranx: bool | None = None) -> dict[str, float]:
+    """One score per judged query (the input of a paired test)."""
+    use_ranx = (_ranx is not None) if use_ranx is None else use_ranx
+    if not use_ranx:
+        return per_query_numpy(qrels, run, metric)
+    parse_metric(metric)
+    q, r = _ranx_objects(qrels, run)
+    scores = _ranx.evaluate(q, r, metric, return_mean=False)
+    return dict(zip(r.get_query_ids(), (float(s) for s in scores)))
+
+
+def evaluate_run(qrels: Qrels, run: Run, metrics: Iterable[str] = ("ndcg@10", "recall@100"), *,
+                 use_ranx: bool | None = None) -> dict[str, float]:
+    """Mean of each metric over the judged queries, e.g. ``{"ndcg@10": 0.676, "recall@100": 0.93}``."""
+    metrics = list(metrics)
+    for m in metrics:
+        parse_metric(m)
+    use_ranx = (_ranx is not None) if use_ranx is None else use_ranx
+    if not use_ranx:
+        return {m: float(np.mean(list(per_query_numpy(qrels, run, m).values()))) for m in metrics}
+    q, r = _ranx_objects(qrels, run)
+    out = _ranx.evaluate(q, r, metrics)
+    if len(metrics) == 1:
+        out = {metrics[0]: out}
+    return {m: float(out[m]) for m in metrics}
+
+
+def compare_runs(qrels: Qrels, runs: Mapping[str, Run], metrics: Iterable[str] = ("ndcg@10", "recall@100"), *,
+                 baseline: str | None = None, stat_test: str = "fisher", n_permutations: int = 10_000,
+                 seed: int = 42, max_p: float = 0.05) -> dict:
+    """Mean scores per run and paired tests of every run against ``baseline`` (default: the first).
+
+    ``stat_test`` is ``"fisher"`` (Fisher's randomization test, two-sided, ``n_permutations``
+    permutations drawn with ``seed``) or ``"student"`` (two-sided paired t-test). With ranx the
+    tests are ranx's own (``ranx.compare``); otherwise the same tests are computed here.
+    Returns ``{"baseline", "stat_test", "seed", "scores": {run: {metric: mean}},
+    "vs_baseline": {run: {metric: {"delta", "p_value", "significant", "win", "tie", "loss"}}}}``.
+    """
+    metrics = list(metrics)
+    names = list(runs)
+    if not names:
+        raise ValueError("compare_runs needs at least one run")
+    baseline = names[0] if baseline is None else baseline
+    if baseline not in runs:
+        raise ValueError(f"baseline {baseline!r} is not one of the runs: {', '.join(names)}")
+    if stat_test not in ("fisher", "student"):
+        raise ValueError("stat_test must be 'fisher' or 'student'")
+    per = {n: {m: per_query(qrels, runs[n], m) for m in metrics} for n in names}
+    scores = {n: {m: float(np.mean(list(per[n][m].values()))) for m in metrics} for n in names}
+    p_values: dict[str, dict[str, float]] = {}
+    if _ranx is not None and len(names) > 1:
+        q = _ranx.Qrels(_judged(qrels))
+        ranx_runs = []
+        for n in names:
+            _, r = _ranx_objects(qrels, runs[n], name=n)
+            ranx_runs.append(r)
+        report = _ranx.compare(q, ranx_runs, metrics, stat_test=stat_test, n_permutations=n_permutations,
+                               max_p=max_p, random_seed=seed, rounding_digits=6).to_dict()
+        p_values = {n: {m: float(report[baseline]["comparisons"][n][m]) for m in metrics}
+                    for n in names if n != baseline}
+    else:
+        for n in names:
+            if n == baseline:
+                continue
+            p_values[n] = {}
+            for m in metrics:
+                a = np.array([per[baseline][m][q] for q in per[baseline][m]])
+                b = np.array([per[n][m][q] for q in per[baseline][m]])
+                p_values[n][m] = (fisher_randomization_p(a, b, n_permutations, seed) if stat_test == "fisher"
+                                  else paired_t_p(a, b))
+    vs = {}
+    for n in names:
+        if n == baseline:
+            continue
+        vs[n] = {}
+        for m in metrics:
+            a = np.array([per[baseline][m][q] for q in per[baseline][m]])
+            b = np.array([per[n][m][q] for q in per[baseline][m]])
+            p = p_values[n][m]
+            vs[n][m] = {"delta": float(b.mean() - a.mean()), "p_value": p, "significant": bool(p < max_p),
+                        "win": int((b > a).sum()), "tie": int((b == a).sum()), "loss": int((b < a).sum())}
+    return {"baseline": baseline, "stat_test": stat_test, "n_permutations": n_permutations, "seed": seed,
+            "max_p": max_p, "backend": backend(), "queries": len(_judged(qrels)), "scores": scores,
+            "vs_baseline": vs}
+
+
+# -- the two paired tests, for the NumPy fallback ------------------------------------------------
+def fisher_randomization_p(a: np.ndarray, b: np.ndarray, n_permutations: int = 10_000, seed: int = 42) -> float:
+    """Two-sided paired randomization test: randomly swap each query's pair, count |mean diff| >= observed."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    diff = b - a
+    observed = abs(diff.mean())
+    rng = np.random.default_rng(seed)
+    signs = rng.choice(np.array([-1.0, 1.0]), size=(n_permutations, diff.size))
+    extreme = (np.abs((signs * diff).mean(axis=1)) >= observed - 1e-12).sum()
+    return float((extreme + 1) / (n_permutations + 1))
+
+
+def paired_t_p(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sided paired Student's t-test p-value."""
+    from scipy import stats
+
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if np.allclose(a, b):
+        return 1.0
+    return float(stats.ttest_rel(a, b).pvalue)

@@ -1,0 +1,78 @@
+"""What a parse produced and how: stored next to the text so a thin or empty extraction is visible.
+
+Every unit (page, slide, image frame, or the whole document for flow formats) records which
+tier produced its text and how many characters it gave; a unit that gave nothing carries a
+named warning. ``to_dict()`` is the JSON form the knowledge base stores with each document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+class ParseError(ValueError):
+    """A document could not be turned into text; the message starts with the file name.
+
+    ``code`` names the reason for callers that branch on it: unsafe_name, unsupported_extension,
+    empty_file, too_large, content_mismatch, bad_encoding, truncated_pdf, encrypted_pdf,
+    unreadable_pdf, not_a_zip, missing_main_part, unreadable_document, unreadable_image,
+    ocr_unavailable, no_text.
+    """
+
+    def __init__(self, filename: str, code: str, reason: str):
+        super().__init__(f"{filename}: {reason}")
+        self.filename = filename
+        self.code = code
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ExtractionWarning:
+    """A named, non-fatal problem, tied to a unit when it concerns one (``unit`` None otherwise)."""
+
+    code: str
+    unit: int | None
+    message: str
+
+
+@dataclass(frozen=True)
+class UnitReport:
+    """One page, slide or image frame; flow formats (DOCX, HTML, Markdown, text) are one unit."""
+
+    unit: int  # 1-based
+    kind: str  # "page" | "slide" | "frame" | "document"
+    tier: str  # what produced the text, e.g. "docling", "python-pptx", "ocr:rapidocr"; "" if nothing did
+    chars: int
+
+
+@dataclass
+class ExtractionReport:
+    filename: str
+    format: str  # "pdf" | "docx" | "pptx" | "html" | "markdown" | "text" | "image"
+    method: str  # the primary converter; units say which tier actually produced their text
+    authored_markdown: bool = False  # written as Markdown by a person: heading-aware chunking applies
+    units: list[UnitReport] = field(default_factory=list)
+    warnings: list[ExtractionWarning] = field(default_factory=list)
+    total_chars: int = 0
+    seconds: float = 0.0
+    ocr_seconds: float = 0.0
+
+    def warn(self, code: str, unit: int | None, message: str) -> None:
+        self.warnings.append(ExtractionWarning(code, unit, message))
+
+    @property
+    def tiers(self) -> set[str]:
+        return {u.tier for u in self.units if u.tier}
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["tiers"] = sorted(self.tiers)
+        d["seconds"] = round(self.seconds, 3)
+        d["ocr_seconds"] = round(self.ocr_seconds, 3)
+        return d
+
+
+@dataclass(frozen=True)
+class ParsedDocument:
+    text: str  # Markdown
+    report: ExtractionReport
