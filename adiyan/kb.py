@@ -222,11 +222,19 @@ class KnowledgeBase:
             stored = self.store.count(self.collection, mine)
             if stored == committed.n_chunks:
                 return IngestResult(key, doc_version, stored, False, time.perf_counter() - t0, {}, committed.report)
-        chunks = chunk_text(text, cc, embedder=self.embedder, authored_markdown=authored_markdown)
-        if not chunks:
-            raise IngestError(f"{filename!r}: chunking produced no chunks")
-        vectors = self.embedder.embed([c.text for c in chunks], "document")
-        self._fault("after_embed")
+        try:
+            chunks = chunk_text(text, cc, embedder=self.embedder, authored_markdown=authored_markdown)
+            if not chunks:
+                raise IngestError(f"{filename!r}: chunking produced no chunks")
+            vectors = self.embedder.embed([c.text for c in chunks], "document")
+            self._fault("after_embed")
+        except IngestError:
+            raise
+        except Exception as exc:  # nothing is stored yet: the previous version is untouched
+            raise IngestError(f"{filename!r}: ingest failed, previous version kept: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        report = {**report, "chunking": {"strategy": chunks[0].strategy or cc.strategy,
+                                         "note": chunks[0].note, **chunk_stats(chunks)}}
         now = ingested_at or datetime.now(timezone.utc).isoformat(timespec="seconds")
         points = [
             Point(str(uuid.uuid5(_POINT_NS, f"{key}\x00{doc_version}\x00{c.index}")), vectors[i], {

@@ -77,22 +77,17 @@ def flow_document_to_markdown(data: bytes, extension: str, filename: str, report
 
 def pdf_to_markdown(data: bytes, filename: str, report: ExtractionReport, ocr: str) -> str:
     """Text layer per page; pages without one are rendered and OCR'd; a page still empty is warned about."""
-    try:
-        result = _convert(data, ".pdf", filename, "unreadable_pdf")
-    except ParseError as exc:
-        if "password" in exc.reason.lower():
-            raise ParseError(filename, "encrypted_pdf", f"encrypted PDF ({exc.reason})") from exc
-        raise
-    unreadable = {e.page_no: e.error_message for e in result.errors if getattr(e, "page_no", None)}
+    result = _convert(data, ".pdf", filename, "unreadable_pdf")
+    unreadable = {e.page_no: e.error_message for e in result.errors if e.page_no is not None}
     for error in result.errors:
-        if getattr(error, "page_no", None) is None:
+        if error.page_no is None:
             report.warn("converter_error", None, f"{filename}: {error.error_message}")
     pages = []
     for page_no in range(1, result.input.page_count + 1):
-        where = f"page {page_no} of {filename}"
         if page_no in unreadable:
             report.units.append(UnitReport(page_no, "page", "", 0))
-            report.warn("page_unreadable", page_no, f"{where} could not be parsed: {unreadable[page_no]}")
+            report.warn("page_unreadable", page_no,
+                        f"page {page_no} of {filename} could not be parsed: {unreadable[page_no]}")
             continue
         text, tier = _markdown(result.document, page_no), TIER
         if not text:

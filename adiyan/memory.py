@@ -1,0 +1,436 @@
+"""Conversation and coaching memory on mem0, configured from the adiyan settings.
+
+Two kinds of memory, each its own collection: ``<prefix>conversation_memory`` and
+``<prefix>coaching_memory``. Memories are scoped by ``user_id``: mem0 stores it in the payload
+and every read filters on it inside the vector-store query, so a user never sees another
+user's memories.
+
+How mem0 (mem0ai 2.2.x) is wired, all offline:
+
+* **Embedder** - the knowledge base's own embedder object (minilm, nomic-embed-text, ...),
+  through a small ``EmbeddingBase`` adapter registered with mem0's ``EmbedderFactory`` as
+  provider ``"adiyan"``. mem0's "add"/"update" embed as documents, "search" as queries, so
+  models with task prefixes (nomic-embed-text) get the right one.
+* **Vector store** - mem0's ``qdrant`` provider on a ``QdrantClient`` we open: local mode in
+  ``<data_dir>/memory/qdrant`` (store.engine edge/local) or the Qdrant server at ``store.url``
+  (store.engine server). One client serves both kinds (local mode locks its folder). The
+  collection records the embedder that built it (Qdrant collection metadata), and opening it
+  with another embedder raises :class:`adiyan.store.EmbedderMismatchError`.
+* **LLM** - mem0 builds an LLM at construction even when it never calls it (its default
+  provider, OpenAI, fails without a key). An ``LLMBase`` adapter over an adiyan LLM is
+  registered as provider ``"adiyan"``; the LLM itself is loaded only when consolidation
+  (``infer=True``) is on. With ``infer=False`` (the default: the embedded smollm2 cannot
+  consolidate) mem0 stores each message verbatim and nothing calls an LLM.
+* **Timestamps** - mem0 keeps ``created_at`` from the metadata when given, so replayed
+  conversations carry their original times (stored as UTC ISO-8601).
+* **Scores** - mem0 2.x ranks by a hybrid of semantic, BM25 (needs fastembed) and entity
+  boosts (needs spaCy); neither is installed, so its score is the cosine similarity. The
+  similarity reported here is mem0's ``semantic_score`` (``explain=True``) either way.
+* **Telemetry** off (``MEM0_TELEMETRY=False`` before mem0 is imported); mem0's home
+  (``MEM0_DIR``, where it writes an anonymous id) is ``<cache_dir>/mem0`` unless already set.
+
+Search over-fetches ``max(factor * k, min)`` candidates from mem0 and re-ranks them by
+similarity x 0.5 ** (age_days / half_life) (:mod:`adiyan.retrieval.recency`); with recency off
+it returns the top k by similarity.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import threading
+import warnings
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from .retrieval.recency import age_days, overfetch_size, parse_timestamp, recency_weight, rerank_by_recency, to_utc_iso
+from .store.base import CollectionMeta, StoreError
+
+KINDS = ("conversation", "coaching")
+ROLES = ("user", "assistant")
+DEFAULT_TOP_K = 5
+PROVIDER = "adiyan"  # the name our adapters are registered under in mem0's factories
+_LIST_LIMIT = 100_000
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MemoryHit:
+    text: str
+    similarity: float  # cosine similarity of query and memory (mem0's semantic score)
+    weight: float  # recency weight 0.5 ** (age_days / half_life); 1.0 with recency off
+    score: float  # similarity * weight: what the hits are ordered by
+    created_at: str  # UTC ISO-8601
+    id: str
+    age_days: float = 0.0
+    kind: str = "conversation"
+    metadata: dict = field(default_factory=dict, compare=False)
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "text": self.text, "similarity": round(self.similarity, 6),
+                "weight": round(self.weight, 6), "score": round(self.score, 6), "created_at": self.created_at,
+                "age_days": round(self.age_days, 3), "kind": self.kind, "metadata": self.metadata}
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    id: str
+    text: str
+    created_at: str
+    kind: str
+    role: str | None = None
+    metadata: dict = field(default_factory=dict, compare=False)
+
+
+# -- consolidation capability ---------------------------------------------------------------
+
+def consolidation_capable(llm_name: str | None) -> bool:
+    """Whether an LLM can run mem0's fact consolidation (``infer=True``).
+
+    The embedded models (smollm2, any local GGUF) are too small to return mem0's JSON reliably;
+    models behind an Ollama or OpenAI-compatible server are assumed to be real chat models.
+    """
+    if not llm_name:
+        return False
+    return llm_name.startswith(("ollama:", "openai-compatible"))
+
+
+# -- mem0, imported lazily and offline -------------------------------------------------------
+
+_mem0_lock = threading.Lock()
+_mem0_ready = False
+
+
+class _DropExpected(logging.Filter):
+    """mem0 warns at every start that the optional BM25/spaCy extras are missing: expected here."""
+
+    _EXPECTED = ("spaCy is not installed", "fastembed not installed")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not any(s in msg for s in self._EXPECTED)
+
+
+def _import_mem0(home: Path):
+    """Import mem0 with telemetry off and register the adiyan adapters (once per process)."""
+    global _mem0_ready
+    with _mem0_lock:
+        if _mem0_ready:
+            import mem0
+
+            return mem0
+        os.environ["MEM0_TELEMETRY"] = "False"
+        if "MEM0_DIR" not in os.environ:
+            home.mkdir(parents=True, exist_ok=True)
+            os.environ["MEM0_DIR"] = str(home)
+        import mem0
+        import mem0.memory.main as mem0_main
+        import mem0.memory.telemetry as mem0_telemetry
+        from mem0.embeddings.base import EmbeddingBase
+        from mem0.llms.base import LLMBase
+        from mem0.utils.factory import EmbedderFactory, LlmFactory
+
+        if mem0_telemetry.MEM0_TELEMETRY:  # imported elsewhere before us, with telemetry on
+            log.warning("mem0 was imported with telemetry on; adiyan turns it off")
+            mem0_telemetry.MEM0_TELEMETRY = False
+            mem0_main.MEM0_TELEMETRY = False
+        _no_spacy_downloads()
+        for name in ("mem0.utils.spacy_models", "mem0.vector_stores.qdrant"):
+            logging.getLogger(name).addFilter(_DropExpected())
+
+        class AdiyanEmbedding(EmbeddingBase):
+            """mem0 embedder backed by an adiyan embedder object (``config.model``)."""
+
+            def __init__(self, config=None):
+                super().__init__(config)
+                self.embedder = self.config.model
+                if self.embedder is None or not hasattr(self.embedder, "embed"):
+                    raise ValueError("the adiyan mem0 embedder needs an adiyan embedder as config.model")
+                self.config.embedding_dims = self.embedder.dim
+
+            @staticmethod
+            def _kind(memory_action):
+                return "query" if memory_action == "search" else "document"
+
+            def embed(self, text, memory_action=None):
+                return self.embedder.embed([text], self._kind(memory_action))[0].tolist()
+
+            def embed_batch(self, texts, memory_action="add"):
+                return [row.tolist() for row in self.embedder.embed(list(texts), self._kind(memory_action))]
+
+        class AdiyanLLM(LLMBase):
+            """mem0 LLM backed by an adiyan LLM (``config.model``: the LLM or a zero-argument loader)."""
+
+            def __init__(self, config=None):
+                super().__init__(config)
+                self._source = self.config.model
+                self._llm = None
+
+            def _validate_config(self):
+                pass
+
+            def generate_response(self, messages, tools=None, tool_choice="auto", **kwargs):
+                if tools:
+                    raise NotImplementedError("adiyan LLMs do not do tool calls for mem0")
+                if self._llm is None:
+                    if self._source is None:
+                        raise RuntimeError("memory consolidation (infer=True) needs an LLM; none is configured")
+                    self._llm = self._source() if callable(self._source) and not hasattr(self._source, "chat") \
+                        else self._source
+                return self._llm.chat([{"role": m["role"], "content": m["content"]} for m in messages]).text
+
+        # mem0's factories load providers by dotted path: expose the classes on this module.
+        globals()["AdiyanMem0Embedding"] = AdiyanEmbedding
+        globals()["AdiyanMem0LLM"] = AdiyanLLM
+        EmbedderFactory.provider_to_class[PROVIDER] = f"{__name__}.AdiyanMem0Embedding"
+        LlmFactory.register_provider(PROVIDER, f"{__name__}.AdiyanMem0LLM")
+        _mem0_ready = True
+        return mem0
+
+
+def _no_spacy_downloads() -> None:
+    """mem0 pip-installs spaCy's en_core_web_sm when spaCy is present without it: never offline."""
+    if importlib.util.find_spec("spacy") is None:
+        return  # mem0 then logs once and goes without lemmas and entities
+    import spacy
+
+    if not spacy.util.is_package("en_core_web_sm"):
+        from mem0.utils import spacy_models
+
+        spacy_models._load_failed_full = True
+        spacy_models._load_failed_lemma = True
+
+
+# -- the memory ------------------------------------------------------------------------------
+
+class Memory:
+    """Conversation and coaching memory for many users, on mem0.
+
+    Build it with :meth:`from_settings`; ``close()`` (or a ``with`` block) releases the store.
+    """
+
+    def __init__(self, embedder, *, path: str | os.PathLike | None = None, url: str | None = None,
+                 api_key: str | None = None, history_dir: str | os.PathLike, collection_prefix: str = "adiyan_",
+                 llm: Any = None, infer: bool = False, half_life_days: float = 14.0, overfetch_factor: int = 3,
+                 overfetch_min: int = 10, recency: bool = True, mem0_home: str | os.PathLike = ".cache/adiyan/mem0"):
+        """``path`` (local Qdrant folder) or ``url`` (Qdrant server); ``llm`` an adiyan LLM or a
+        zero-argument loader, used only when ``infer`` is on."""
+        if (path is None) == (url is None):
+            raise ValueError("Memory needs exactly one of path= (local Qdrant) or url= (Qdrant server)")
+        if infer and llm is None:
+            raise ValueError("infer=True (mem0 consolidation) needs an LLM")
+        self.embedder = embedder
+        self.half_life_days = float(half_life_days)
+        self.overfetch_factor = int(overfetch_factor)
+        self.overfetch_min = int(overfetch_min)
+        self.recency = bool(recency)
+        self.infer = bool(infer)
+        self.has_llm = llm is not None
+        self.collection_prefix = collection_prefix
+        self.where = url or str(path)
+        mem0 = _import_mem0(Path(mem0_home))
+        from mem0.configs.base import MemoryConfig as Mem0Config
+        from mem0.embeddings.configs import EmbedderConfig as Mem0EmbedderConfig
+        from mem0.llms.configs import LlmConfig as Mem0LlmConfig
+        from mem0.vector_stores.configs import VectorStoreConfig
+        from qdrant_client import QdrantClient
+
+        history_dir = Path(history_dir)
+        history_dir.mkdir(parents=True, exist_ok=True)
+        if url:
+            self.client = QdrantClient(url=url, api_key=api_key, timeout=60)
+            self.engine = "server"
+        else:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            try:
+                self.client = QdrantClient(path=str(path))
+            except RuntimeError as exc:  # local mode allows one client per folder
+                raise StoreError(f"memory store {path} is in use by another Memory or process: {exc}") from exc
+            self.engine = "local"
+        self._mems: dict[str, Any] = {}
+        try:
+            for kind in KINDS:
+                name = self.collection(kind)
+                self._check_model(name)
+                cfg = Mem0Config(
+                    vector_store=VectorStoreConfig(provider="qdrant", config={
+                        "collection_name": name, "embedding_model_dims": embedder.dim, "client": self.client}),
+                    # mem0's config classes accept only their built-in provider names: the adiyan
+                    # providers are registered with the factories and passed unvalidated.
+                    embedder=Mem0EmbedderConfig.model_construct(
+                        provider=PROVIDER, config={"model": embedder, "embedding_dims": embedder.dim}),
+                    llm=Mem0LlmConfig.model_construct(provider=PROVIDER, config={"model": llm}),
+                    history_db_path=str(history_dir / f"{name}.history.db"),
+                )
+                with warnings.catch_warnings():
+                    # mem0 treats a passed client as a server and creates payload indexes,
+                    # which local mode ignores with a warning.
+                    warnings.filterwarnings("ignore", message="Payload indexes have no effect in the local Qdrant")
+                    self._mems[kind] = mem0.Memory(cfg)
+                self._stamp_model(name)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- construction ----------------------------------------------------------------------
+    @classmethod
+    def from_settings(cls, settings, embedder=None, llm=None, *, infer: bool | None = None) -> "Memory":
+        """Memory as the settings describe it: the KB's embedder, the data dir or Qdrant server,
+        consolidation with the configured LLM when it is capable (or when ``infer`` says so)."""
+        from .models import embedder_from_settings, llm_from_settings
+
+        if embedder is None:
+            embedder = embedder_from_settings(settings)
+        mc = settings.memory
+        if infer is None:
+            infer = getattr(mc, "infer", None)  # a memory.infer setting, when the config has one
+        if infer is None:
+            infer = consolidation_capable(getattr(llm, "id", None) or settings.llm.name)
+        llm_source = llm if llm is not None else (lambda: llm_from_settings(settings))
+        data_dir = Path(settings.paths.data_dir)
+        sc = settings.store
+        if sc.engine == "server":
+            if not sc.url:
+                raise StoreError("store.engine=server needs store.url (e.g. ADIYAN_STORE__URL=http://localhost:6333)")
+            where = {"url": sc.url, "api_key": os.environ.get(sc.api_key_env)}
+        else:  # edge and local: mem0 has no qdrant-edge provider; Qdrant's local mode in the data dir
+            where = {"path": data_dir / "memory" / "qdrant"}
+        return cls(embedder, **where, history_dir=data_dir / "memory", collection_prefix=sc.collection_prefix,
+                   llm=llm_source if infer else None, infer=bool(infer), half_life_days=mc.half_life_days,
+                   overfetch_factor=mc.overfetch_factor, overfetch_min=mc.overfetch_min, recency=mc.recency,
+                   mem0_home=Path(settings.paths.cache_dir) / "mem0")
+
+    def collection(self, kind: str) -> str:
+        if kind not in KINDS:
+            raise ValueError(f"unknown memory kind {kind!r}; choose one of: {', '.join(KINDS)}")
+        return f"{self.collection_prefix}{kind}_memory"
+
+    def _mem(self, kind: str):
+        self.collection(kind)
+        return self._mems[kind]
+
+    # -- the same-model rule -----------------------------------------------------------------
+    def _check_model(self, name: str) -> None:
+        if not self.client.collection_exists(name):
+            return
+        info = self.client.get_collection(name)
+        md = (info.config.metadata or {}).get("adiyan")
+        if md is None:
+            if self.client.count(name, exact=True).count == 0:
+                return  # created but never stamped (e.g. interrupted): adopted below
+            raise StoreError(f"memory collection {name!r} at {self.where} was not created by adiyan "
+                             f"(no embedder recorded); use another data directory or collection prefix")
+        meta = CollectionMeta.from_dict(md)
+        meta.check(self.embedder.id, self.embedder.dim, self.embedder.normalized)
+
+    def _stamp_model(self, name: str) -> None:
+        info = self.client.get_collection(name)
+        if (info.config.metadata or {}).get("adiyan"):
+            return
+        meta = CollectionMeta(name, self.embedder.dim, self.embedder.id, self.embedder.normalized,
+                              extra={"engine": self.engine, "backend": "mem0"})
+        self.client.update_collection(name, metadata={"adiyan": meta.to_dict()})
+
+    # -- write -----------------------------------------------------------------------------
+    def add(self, text: str, *, user_id: str, kind: str = "conversation", created_at: str | datetime | None = None,
+            metadata: dict | None = None, role: str = "user", infer: bool | None = None) -> str | None:
+        """Remember ``text`` for ``user_id``; returns the memory id.
+
+        ``created_at`` (timezone-aware; default now) dates the statement, e.g. when replaying an
+        old conversation. With consolidation on, mem0 stores the facts an LLM extracts instead
+        of the text: the id is the first stored fact's, or None when nothing was extracted.
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("memory text must be a non-empty string")
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        meta = dict(metadata or {})
+        if "created_at" in meta:
+            raise ValueError("pass the time as created_at=, not in metadata")
+        meta["created_at"] = to_utc_iso(created_at if created_at is not None else datetime.now(timezone.utc))
+        use_infer = self.infer if infer is None else bool(infer)
+        if use_infer and not self.has_llm:
+            raise ValueError("infer=True (mem0 consolidation) needs an LLM; this Memory has none")
+        out = self._mem(kind).add([{"role": role, "content": text}], user_id=user_id, metadata=meta,
+                                  infer=use_infer)
+        results = out.get("results", []) if isinstance(out, dict) else out
+        return results[0]["id"] if results else None
+
+    # -- read ------------------------------------------------------------------------------
+    def search(self, query: str, *, user_id: str, k: int | None = None, kind: str = "conversation",
+               recency: bool | None = None, now: str | datetime | None = None) -> list[MemoryHit]:
+        """The ``k`` memories of ``user_id`` best matching ``query``, best first.
+
+        With recency (the default from ``memory.recency``): fetch max(factor*k, min) by
+        similarity, score each by similarity * 0.5 ** (age_days / half_life), keep the top k.
+        Without: the top k by similarity (weight 1.0).
+        """
+        k = DEFAULT_TOP_K if k is None else int(k)
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        use_recency = self.recency if recency is None else bool(recency)
+        now_dt = parse_timestamp(now) if now is not None else datetime.now(timezone.utc)
+        fetch = overfetch_size(k, self.overfetch_factor, self.overfetch_min) if use_recency else k
+        out = self._mem(kind).search(query, top_k=fetch, filters={"user_id": user_id}, threshold=0.0,
+                                     explain=True)
+        candidates = []
+        for r in out.get("results", []):
+            details = r.get("score_details") or {}
+            sim = float(details.get("semantic_score", r.get("score") or 0.0))
+            created = r.get("created_at")
+            if not created:
+                raise StoreError(f"memory {r.get('id')} in {self.collection(kind)!r} has no created_at")
+            candidates.append({"r": r, "similarity": sim, "created_at": to_utc_iso(created)})
+        # mem0 orders by its hybrid score; the plain order here is by similarity alone (stable).
+        candidates.sort(key=lambda c: c["similarity"], reverse=True)
+        if use_recency:
+            ranked = rerank_by_recency(candidates, now=now_dt, half_life_days=self.half_life_days, k=k,
+                                       timestamp=lambda c: c["created_at"], score=lambda c: c["similarity"])
+        else:
+            ranked = [(c, c["similarity"], 1.0, age_days(c["created_at"], now_dt)) for c in candidates[:k]]
+        return [MemoryHit(text=c["r"].get("memory", ""), similarity=c["similarity"], weight=weight, score=final,
+                          created_at=c["created_at"], id=str(c["r"]["id"]), age_days=age, kind=kind,
+                          metadata=dict(c["r"].get("metadata") or {}))
+                for c, final, weight, age in ranked]
+
+    def all(self, user_id: str, kind: str = "conversation") -> list[MemoryRecord]:
+        """Every memory of ``user_id`` of this kind, oldest first."""
+        out = self._mem(kind).get_all(filters={"user_id": user_id}, top_k=_LIST_LIMIT, show_expired=True)
+        recs = [MemoryRecord(id=str(r["id"]), text=r.get("memory", ""), created_at=to_utc_iso(r["created_at"]),
+                             kind=kind, role=r.get("role"), metadata=dict(r.get("metadata") or {}))
+                for r in out.get("results", [])]
+        recs.sort(key=lambda m: (parse_timestamp(m.created_at), m.id))
+        return recs
+
+    def delete_all(self, user_id: str, kind: str = "conversation") -> int:
+        """Forget every memory of ``user_id`` of this kind; returns how many there were."""
+        n = len(self.all(user_id, kind))
+        if n:
+            self._mem(kind).delete_all(user_id=user_id)
+        return n
+
+    def count(self, user_id: str, kind: str = "conversation") -> int:
+        return len(self.all(user_id, kind))
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        for m in getattr(self, "_mems", {}).values():
+            try:
+                m.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        self._mems = {}
+        client = getattr(self, "client", None)
+        if client is not None:
+            client.close()
+            self.client = None
+
+    def __enter__(self) -> "Memory":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,348 @@
+"""parse_document on the shared document corpus, and on every kind of bad input.
+
+Flow formats (DOCX, HTML, Markdown) must recover 90% of the words of Docling's reference
+Markdown; PDFs and decks must parse or fail with a named reason. Bad inputs are built here.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import json
+import re
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from adiyan.ingest import ParseError, parse_document
+from adiyan.ingest.ocr import OcrUnavailable, recognize
+
+DOCS = Path(__file__).parents[1].parent / "shared/datasets/documents"
+PARSE_CODES = {"unsafe_name", "unsupported_extension", "empty_file", "too_large", "content_mismatch",
+               "bad_encoding", "truncated_pdf", "encrypted_pdf", "unreadable_pdf", "not_a_zip",
+               "missing_main_part", "unreadable_document", "unreadable_image", "ocr_unavailable", "no_text"}
+
+
+def word_recall(extracted: str, reference: str) -> float:
+    """Share of the reference's words found in the extraction, counting repeats (multiset recall).
+
+    Words are lowercase alphanumeric runs; HTML comments (Docling's ``<!-- image -->``) are not words.
+    """
+    def words(text: str) -> collections.Counter:
+        return collections.Counter(re.findall(r"[^\W_]+", re.sub(r"<!--.*?-->", " ", text, flags=re.S).lower()))
+
+    want, got = words(reference), words(extracted)
+    total = sum(want.values())
+    return sum(min(n, got[w]) for w, n in want.items()) / total if total else 1.0
+
+
+def groundtruth(source: Path) -> Path | None:
+    """Reference Markdown: ``<name>.md`` (DOCX/HTML/MD/PPTX) or ``<stem>.md`` (PDF)."""
+    for name in (source.name + ".md", source.stem + ".md"):
+        if (path := source.parent.parent / "groundtruth" / name).exists():
+            return path
+    return None
+
+
+def sources(*formats: str, with_groundtruth: bool | None = None) -> list:
+    paths = [p for fmt in formats for p in sorted((DOCS / fmt / "sources").glob("*"))]
+    if with_groundtruth is not None:
+        paths = [p for p in paths if (groundtruth(p) is not None) == with_groundtruth]
+    return [pytest.param(p, id=f"{p.parent.parent.name}/{p.name}") for p in paths]
+
+
+def render_text(text: str, size=(1400, 260)) -> Image.Image:
+    """Black text on white, in DejaVu Sans when the system has it."""
+    fonts = sorted(Path("/usr/share/fonts").rglob("DejaVuSans-Bold.ttf"))
+    font = ImageFont.truetype(str(fonts[0]), 72) if fonts else ImageFont.load_default(size=72)
+    image = Image.new("RGB", size, "white")
+    ImageDraw.Draw(image).text((40, 80), text, fill="black", font=font)
+    return image
+
+
+def image_bytes(image: Image.Image, fmt: str, **kwargs) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format=fmt, **kwargs)
+    return out.getvalue()
+
+
+def build_pdf(objects: list[bytes], trailer_extra: bytes = b"") -> bytes:
+    """A well-formed PDF (correct xref offsets) from numbered object bodies; object 1 is the catalog."""
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R %s>>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, trailer_extra, xref)
+    return bytes(out)
+
+
+def text_pdf_objects(text: bytes) -> list[bytes]:
+    content = b"BT /F1 24 Tf 72 700 Td (%s) Tj ET" % text
+    return [b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R"
+            b" /Resources << /Font << /F1 5 0 R >> >> >>",
+            b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+
+
+def assert_refused(data: bytes, filename: str, code: str, *, match: str = "", **kwargs) -> ParseError:
+    with pytest.raises(ParseError) as info:
+        parse_document(data, filename, **kwargs)
+    error = info.value
+    assert str(error).startswith(f"{filename}: "), str(error)
+    assert error.code == code, str(error)
+    assert re.search(match, error.reason), error.reason
+    return error
+
+
+# ----------------------------------------------------------------------------- the corpus
+
+
+def test_corpus_is_present():
+    """Guards the parametrized tests below against passing by collecting nothing."""
+    counts = {fmt: len(list((DOCS / fmt / "sources").glob("*"))) for fmt in ("docx", "html", "md", "pdf", "pptx")}
+    assert all(counts.values()), counts
+
+
+@pytest.mark.parametrize("source", sources("docx", "html", "md", with_groundtruth=True))
+def test_flow_documents_recover_reference_words(source: Path):
+    parsed = parse_document(source.read_bytes(), source.name)
+    recall = word_recall(parsed.text, groundtruth(source).read_text(encoding="utf-8"))
+    print(f"{source.name}: word recall {recall:.3f}")
+    assert recall >= 0.9
+    report = parsed.report
+    assert report.total_chars == len(parsed.text) > 0
+    assert report.authored_markdown == (source.suffix == ".md")
+    assert report.tiers == {"markdown" if source.suffix == ".md" else "docling"}
+    if source.suffix == ".md":
+        assert parsed.text == source.read_text(encoding="utf-8")  # authored Markdown is kept as written
+
+
+@pytest.mark.parametrize("source", sources("docx", "html", "md", with_groundtruth=False))
+def test_sources_without_reference_still_yield_text(source: Path):
+    """The corpus' one such file is a PNG among the HTML sources: it is read by OCR."""
+    parsed = parse_document(source.read_bytes(), source.name)
+    print(f"{source.name}: {parsed.report.total_chars} chars by {sorted(parsed.report.tiers)}")
+    assert parsed.text.strip()
+    if parsed.report.format == "image":
+        assert parsed.report.tiers == {"ocr:rapidocr"}
+        assert "docling" in parsed.text.lower()  # the word the picture shows largest
+
+
+@pytest.mark.parametrize("source", sources("pdf", "pptx"))
+def test_paged_documents_parse_or_fail_with_a_named_reason(source: Path):
+    try:
+        parsed = parse_document(source.read_bytes(), source.name)
+    except ParseError as error:
+        print(f"{source.name}: refused ({error.code}): {error}")
+        assert str(error).startswith(f"{source.name}: ")
+        assert error.code in PARSE_CODES
+        return
+    report = parsed.report
+    reference = groundtruth(source)
+    recall = word_recall(parsed.text, reference.read_text(encoding="utf-8")) if reference else None
+    print(f"{source.name}: parsed, {len(report.units)} units, {report.total_chars} chars, "
+          f"tiers {sorted(report.tiers)}, recall {recall if recall is None else round(recall, 3)}, "
+          f"warnings {[(w.code, w.unit) for w in report.warnings]}")
+    assert parsed.text.strip()
+    assert [u.unit for u in report.units] == list(range(1, len(report.units) + 1))
+    warned = {w.unit for w in report.warnings}
+    for unit in report.units:  # every unit gave text, or is named in a warning
+        assert unit.chars > 0 or unit.unit in warned, unit
+    if source.suffix == ".pptx":
+        assert all(f"## Slide {u.unit}" in parsed.text for u in report.units if u.chars)
+
+
+def test_pdf_page_without_text_layer_is_reported_by_number():
+    """Page 17 of this IBM Redbook sample is blank: rendered, OCR'd, and still named as empty."""
+    source = DOCS / "pdf/sources/redp5110_sampled.pdf"
+    report = parse_document(source.read_bytes(), source.name).report
+    assert [(w.code, w.unit) for w in report.warnings] == [("empty_page", 17)]
+    assert report.units[16].chars == 0 and report.units[16].tier == ""
+    assert {u.tier for u in report.units if u.unit != 17} == {"docling"}
+
+
+# ----------------------------------------------------------------------------- OCR paths
+
+
+def test_scanned_pdf_pages_are_ocrd(tmp_path):
+    """A PDF of page images (no text layer): the text page is OCR'd, the blank page is warned about."""
+    path = tmp_path / "scan.pdf"
+    render_text("INVOICE TOTAL 4711 EUROS").save(path, "PDF", save_all=True,
+                                                   append_images=[Image.new("RGB", (1400, 260), "white")])
+    parsed = parse_document(path.read_bytes(), path.name)
+    units = parsed.report.units
+    print(f"scan.pdf: {parsed.text!r}, OCR {parsed.report.ocr_seconds:.2f}s")
+    assert "INVOICE" in parsed.text and "4711" in parsed.text
+    assert (units[0].tier, units[1].tier) == ("ocr:rapidocr", "")
+    assert [(w.code, w.unit) for w in parsed.report.warnings] == [("empty_page", 2)]
+
+
+def test_multipage_tiff_is_ocrd_frame_by_frame(tmp_path):
+    path = tmp_path / "fax.TIFF"  # extensions are matched case-insensitively
+    render_text("INVOICE TOTAL 4711 EUROS").save(path, "TIFF", save_all=True,
+                                                   append_images=[Image.new("RGB", (1400, 260), "white")])
+    parsed = parse_document(path.read_bytes(), path.name)
+    assert "4711" in parsed.text
+    assert [(u.unit, u.tier) for u in parsed.report.units] == [(1, "ocr:rapidocr"), (2, "")]
+    assert [(w.code, w.unit) for w in parsed.report.warnings] == [("empty_image", 2)]
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is not None, reason="tesseract is installed here")
+def test_tesseract_fallback_reports_itself_unavailable():
+    with pytest.raises(OcrUnavailable, match="tesseract is not on PATH"):
+        recognize(render_text("4711"), "tesseract")
+    assert_refused(image_bytes(render_text("4711"), "PNG"), "scan.png", "ocr_unavailable",
+                   match="tesseract is not on PATH", ocr="tesseract")
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract is not installed here")
+def test_tesseract_reads_when_installed():
+    parsed = parse_document(image_bytes(render_text("INVOICE TOTAL 4711"), "PNG"), "scan.png", ocr="tesseract")
+    assert "4711" in parsed.text and parsed.report.tiers == {"ocr:tesseract"}
+
+
+def test_image_without_ocr_is_refused():
+    assert_refused(image_bytes(render_text("4711"), "PNG"), "scan.png", "ocr_unavailable", match="disabled", ocr="none")
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("filename", ["../secret.md", "a/b.md", "a\\b.md", "nul\x00.md", "/etc/notes.md",
+                                      "C:notes.md", "notes..md", ""])
+def test_unsafe_names_are_refused_before_anything_else(filename):
+    assert_refused(b"# fine content", filename, "unsafe_name")
+
+
+@pytest.mark.parametrize("filename", ["notes.odt", "archive.zip", "README", "slides.ppt"])
+def test_unsupported_extensions_are_refused(filename):
+    assert_refused(b"anything", filename, "unsupported_extension", match="supported: ")
+
+
+@pytest.mark.parametrize("filename", ["empty.pdf", "empty.md", "empty.docx", "empty.png"])
+def test_zero_byte_files_are_refused(filename):
+    assert_refused(b"", filename, "empty_file", match="0 bytes")
+
+
+def test_files_over_the_size_limit_are_refused():
+    assert_refused(b"x" * 101, "big.txt", "too_large", match="101 bytes, over the limit of 100", max_bytes=100)
+    assert parse_document(b"x" * 100, "fits.txt", max_bytes=100).text == "x" * 100
+
+
+def test_truncated_pdf_is_refused(tmp_path):
+    path = tmp_path / "cut.pdf"
+    whole = (DOCS / "pdf/sources/multi_page.pdf").read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])
+    assert_refused(path.read_bytes(), path.name, "truncated_pdf", match="%%EOF")
+
+
+def test_pdf_docling_cannot_read_is_refused_with_its_reason(tmp_path):
+    path = tmp_path / "garbled.pdf"
+    path.write_bytes(b"%PDF-1.4\nthis is not a PDF body\n%%EOF\n")
+    assert_refused(path.read_bytes(), path.name, "unreadable_pdf", match="Docling could not convert it")
+
+
+def test_encrypted_pdf_is_refused(tmp_path):
+    path = tmp_path / "locked.pdf"
+    encrypt = b"<< /Filter /Standard /V 1 /R 2 /O <%s> /U <%s> /P -4 >>" % (b"11" * 32, b"22" * 32)
+    file_id = b"<%s>" % (b"33" * 16)
+    path.write_bytes(build_pdf(text_pdf_objects(b"Top secret") + [encrypt],
+                               b"/Encrypt 6 0 R /ID [%s %s] " % (file_id, file_id)))
+    assert_refused(path.read_bytes(), path.name, "encrypted_pdf", match="/Encrypt")
+    # The same document without the /Encrypt entry reads fine: the builder itself is sound.
+    assert parse_document(build_pdf(text_pdf_objects(b"Top secret")), "open.pdf").text == "Top secret"
+
+
+@pytest.mark.parametrize("filename", ["letter.docx", "deck.pptx"])
+def test_office_files_that_are_not_zips_are_refused(filename):
+    assert_refused(b"just some text", filename, "not_a_zip")
+    assert_refused(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 512, filename, "not_a_zip", match="OLE2")
+    assert_refused(b"PK\x03\x04" + b"\x00" * 64, filename, "not_a_zip", match="corrupt zip")
+
+
+@pytest.mark.parametrize(("filename", "main_part"), [("letter.docx", "word/document.xml"),
+                                                     ("deck.pptx", "ppt/presentation.xml")])
+def test_office_zips_without_their_main_part_are_refused(tmp_path, filename, main_part):
+    path = tmp_path / filename
+    with zipfile.ZipFile(path, "w") as package:
+        package.writestr("[Content_Types].xml", '<?xml version="1.0"?><Types/>')
+        package.writestr("docProps/app.xml", "<Properties/>")
+    assert_refused(path.read_bytes(), filename, "missing_main_part", match=re.escape(main_part))
+
+
+@pytest.mark.parametrize(("filename", "data", "found"), [
+    ("report.pdf", image_bytes(Image.new("RGB", (8, 8)), "PNG"), "PNG"),
+    ("photo.png", image_bytes(Image.new("RGB", (8, 8)), "JPEG"), "JPEG"),
+    ("notes.txt", b"%PDF-1.7\n...", "PDF"),
+    ("page.html", b"PK\x03\x04rest of a zip", "zip"),
+    ("scan.tif", b"plain text", "TIFF signature"),
+])
+def test_content_that_contradicts_the_extension_is_refused(filename, data, found):
+    assert_refused(data, filename, "content_mismatch", match=found)
+
+
+def test_unreadable_image_is_refused():
+    assert_refused(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40, "broken.png", "unreadable_image")
+
+
+@pytest.mark.parametrize("filename", ["notes.md", "notes.txt", "page.html"])
+def test_text_that_is_not_utf8_is_refused_not_guessed(filename):
+    latin1 = "<p>Café crème</p>".encode("latin-1")
+    assert_refused(latin1, filename, "bad_encoding", match=r"not valid UTF-8 at byte 6 \(0xe9\)")
+
+
+def test_utf8_bom_is_accepted_and_dropped():
+    assert parse_document("\ufeff# Café".encode("utf-8"), "notes.md").text == "# Café"
+
+
+def test_html_declared_charset_is_honoured():
+    page = '<html><head><meta charset="iso-8859-1"></head><body><p>Café crème brûlée</p></body></html>'
+    parsed = parse_document(page.encode("latin-1"), "menu.html")
+    assert "Café crème brûlée" in parsed.text
+    old_style = page.replace('<meta charset="iso-8859-1">',
+                             '<meta http-equiv="Content-Type" content="text/html; charset=windows-1252">')
+    assert "Café crème brûlée" in parse_document(old_style.encode("cp1252"), "menu.htm").text
+    unknown = page.replace("iso-8859-1", "klingon-8").encode("latin-1")
+    assert_refused(unknown, "menu.html", "bad_encoding", match="unknown charset 'klingon-8'")
+
+
+@pytest.mark.parametrize(("filename", "data"), [
+    ("blank.md", b"  \n\n\t\n"),
+    ("blank.txt", b"\n"),
+    ("picture.html", b"<html><body><img src='x.png'></body></html>"),
+])
+def test_documents_without_text_are_errors_not_empty_successes(filename, data):
+    assert_refused(data, filename, "no_text")
+
+
+def test_blank_scanned_pdf_is_an_error_that_names_the_page(tmp_path):
+    path = tmp_path / "blank.pdf"
+    Image.new("RGB", (600, 800), "white").save(path, "PDF")
+    assert_refused(path.read_bytes(), path.name, "no_text", match="page 1 of blank.pdf")
+
+
+def test_unknown_ocr_setting_is_a_caller_error():
+    with pytest.raises(ValueError, match="ocr must be one of") as info:
+        parse_document(b"text", "a.txt", ocr="easyocr")
+    assert not isinstance(info.value, ParseError)
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def test_report_serializes_for_storage():
+    parsed = parse_document((DOCS / "md/sources/duck.md").read_bytes(), "duck.md")
+    stored = json.loads(json.dumps(parsed.report.to_dict()))
+    assert stored["format"] == "markdown" and stored["authored_markdown"] is True
+    assert stored["units"] == [{"unit": 1, "kind": "document", "tier": "markdown", "chars": len(parsed.text.strip())}]
+    assert stored["total_chars"] == len(parsed.text) and stored["warnings"] == []
+    assert stored["tiers"] == ["markdown"] and stored["seconds"] >= 0
