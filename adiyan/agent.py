@@ -636,11 +636,12 @@ def _short(args: Mapping) -> str:
 
 def compact(scratchpad: Scratchpad, tool_name: str, args: Mapping, raw_output: Any, *, question: str = "",
             embedder=None, step: int = 0, top_chunks: int = 3, per_chunk: int = 2, min_score: float = 0.2,
-            ) -> Scratchpad:
+            chunk_ratio: float = 0.8) -> Scratchpad:
     """Fold one tool's raw output into a new scratchpad (the input is not modified).
 
-    Extractive and deterministic: from the top ``top_chunks`` chunks (or the document text or
-    memory hits) keep the ``per_chunk`` sentences most similar to the question (the best one
+    Extractive and deterministic: from the top ``top_chunks`` chunks (the best one, and the
+    others scoring at least ``chunk_ratio`` of its score), or the document text, or the memory
+    hits, keep the ``per_chunk`` sentences most similar to the question (the best one
     always, the others if they score at least ``min_score``), with source and chunk index. Raw
     output is never copied whole; an empty or failed call becomes an open question.
     """
@@ -652,7 +653,9 @@ def compact(scratchpad: Scratchpad, tool_name: str, args: Mapping, raw_output: A
         pad.history.append(f"{call} -> failed: {raw_output.error}")
         return pad
     if tool_name in ("search_kb", "search_document") and isinstance(raw_output, RetrievalResult):
-        chunks = raw_output.chunks[:top_chunks]
+        # the best chunk, and the next ones only if they score close to it
+        chunks = [c for i, c in enumerate(raw_output.chunks[:top_chunks])
+                  if i == 0 or c.score >= chunk_ratio * raw_output.chunks[0].score]
         added = 0
         for ch in chunks:
             for sent, sc in _extract(q, split_sentences(ch.text), embedder, per_chunk, min_score):
@@ -789,7 +792,8 @@ class Agent:
 
     def __init__(self, llm, kb, memory=None, settings=None, tier: "str | Tier" = DEFAULT_TIER,
                  requester_id: str | None = None, *, compactor: Callable[..., Scratchpad] = compact,
-                 decision_max_tokens: int = 96, read_max_chars: int = 4000, tiers: Mapping[str, Tier] = TIERS):
+                 decision_max_tokens: int = 64, read_max_chars: int = 4000, synthesis_ratio: float = 0.75,
+                 tiers: Mapping[str, Tier] = TIERS):
         self.llm = llm
         self.kb = kb
         self.memory = memory
@@ -797,6 +801,7 @@ class Agent:
         self.requester = Requester(requester_id, get_tier(tier, tiers))
         self.compactor = compactor
         self.decision_max_tokens = decision_max_tokens
+        self.synthesis_ratio = synthesis_ratio
         self.tools = build_tools(kb, memory, requester_id, self.requester.is_owner, read_max_chars=read_max_chars)
         self.last_steps: list[StepTrace] = []
 
@@ -965,9 +970,14 @@ class Agent:
                                                   "rejected_model_answer": model_answer or None}
 
     def _finding_chunks(self, pad: Scratchpad) -> list[RetrievedChunk]:
-        """Findings grouped by (source, chunk) into RetrievedChunk blocks, best first, within budget."""
+        """Findings scoring at least ``synthesis_ratio`` of the best, grouped by (source, chunk) into
+        RetrievedChunk blocks, best first, within the context budget."""
+        ranked = pad.best_findings()
+        top = ranked[0].score if ranked else 0.0
         groups: dict[tuple, list[Finding]] = {}
-        for f in pad.best_findings():
+        for f in ranked:
+            if top > 0 and f.score < self.synthesis_ratio * top:
+                break  # small models answer best from a few strong findings
             groups.setdefault((f.source, f.chunk_index), []).append(f)
         ctx = int(getattr(self.llm, "context_size", 2048) or 2048)
         budget = min(self.settings.generation.context_budget_tokens, max(64, int(ctx * 0.6)))

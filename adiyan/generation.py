@@ -1,13 +1,20 @@
 """Grounded generation: context assembly under a token budget, the grounding instruction.
 
-Truncation policy: retrieved chunks are added in rank order while they fit the budget; the
-chunk that would overflow it is cut at a word boundary if at least a quarter of it fits, and
-the rest are dropped. What was used (source keys and chunk indexes) is returned with the answer.
+Order (the seed's, fixed): the grounding instruction with the retrieved passages, then the
+memory context, then the recent history, then the new message.
+
+Truncation policy, when everything does not fit ``context_budget_tokens`` (2,500 by default):
+the new message is always kept whole; retrieved passages are added in rank order; then memory
+items in score order; then history turns from the newest back. The first passage that does
+not fit is cut at a word boundary if at least a quarter of it fits; anything after it in the
+same tier is dropped. What was used (source keys, chunk indexes, whether cut) is returned with
+the answer, so every answer can be traced to its sources.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 from .kb import RetrievedChunk
 from .models.base import ChatMessage
@@ -17,6 +24,7 @@ GROUNDING = (
     "Answer in one or two sentences and quote exact figures, codes and names from the context."
 )
 STRICT = " If the context does not contain the answer, reply exactly: I don't know based on the documents."
+LOOSE = " If the context does not contain the answer, say so, then answer from general knowledge."
 NO_CONTEXT_ANSWER = "I don't know based on the documents."
 
 
@@ -28,60 +36,116 @@ def approx_tokens(text: str) -> int:
 @dataclass
 class Answer:
     text: str
-    used: list[dict] = field(default_factory=list)  # [{"source": ..., "chunk_index": ...}]
+    used: list[dict] = field(default_factory=list)  # [{"source": ..., "chunk_index": ..., "partial"?: True}]
     context_tokens: int = 0
     truncated: bool = False
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached: bool = False
+    dropped: dict = field(default_factory=dict)  # what the budget left out, per tier
 
 
-def assemble_context(chunks: list[RetrievedChunk], budget_tokens: int, count=approx_tokens):
-    parts, used, total, truncated = [], [], 0, False
+@dataclass
+class Context:
+    messages: list[ChatMessage]
+    used: list[dict]
+    tokens: int
+    truncated: bool
+    dropped: dict
+
+
+class _Budget:
+    def __init__(self, total: int, count: Callable[[str], int]):
+        self.left, self.count, self.truncated = total, count, False
+
+    def take(self, text: str, *, allow_cut: bool) -> str | None:
+        n = self.count(text)
+        if n <= self.left:
+            self.left -= n
+            return text
+        self.truncated = True
+        if allow_cut and self.left >= n // 4:
+            words = text.split(" ")
+            lo, hi = 0, len(words)  # longest word prefix that fits, by the same token counter
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self.count(" ".join(words[:mid]) + " …") <= self.left:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            if lo:
+                cut = " ".join(words[:lo]) + " …"
+                self.left -= self.count(cut)
+                return cut
+        return None
+
+
+def assemble_context(question: str, chunks: Sequence[RetrievedChunk], *, memory: Sequence[str] = (),
+                     history: Sequence[dict] = (), budget_tokens: int = 2500, strict: bool = True,
+                     count: Callable[[str], int] = approx_tokens) -> Context:
+    budget = _Budget(budget_tokens, count)
+    budget.left -= count(question)  # the new message is always kept
+    used, passages, dropped = [], [], {"passages": 0, "memory": 0, "history": 0}
     for i, ch in enumerate(chunks, 1):
-        block = f"[{i}] ({ch.source})\n{ch.text}"
-        n = count(block)
-        if total + n > budget_tokens:
-            room = budget_tokens - total
-            truncated = True
-            if room >= n // 4:
-                cut = block[: room * 4].rsplit(" ", 1)[0]
-                parts.append(cut + " …")
-                used.append({"source": ch.source, "chunk_index": ch.chunk_index, "partial": True})
-                total += count(cut)
+        block = budget.take(f"[{i}] ({ch.source})\n{ch.text}", allow_cut=True) if budget.left > 0 else None
+        if block is None:
+            dropped["passages"] += 1
+            continue
+        passages.append(block)
+        entry = {"source": ch.source, "chunk_index": ch.chunk_index}
+        if block.endswith(" …"):
+            entry["partial"] = True
+        used.append(entry)
+        if budget.left <= 0:
+            dropped["passages"] += len(chunks) - i
             break
-        parts.append(block)
-        used.append({"source": ch.source, "chunk_index": ch.chunk_index})
-        total += n
-    return "\n\n".join(parts), used, total, truncated
+    mem_lines = []
+    for m in memory:
+        line = budget.take(f"- {m}", allow_cut=False) if budget.left > 0 else None
+        if line is None:
+            dropped["memory"] += 1
+        else:
+            mem_lines.append(line)
+    kept_history: list[dict] = []
+    for turn in reversed(list(history)):  # newest first
+        if budget.left > 0 and budget.take(turn["content"], allow_cut=False) is not None:
+            kept_history.insert(0, turn)
+        else:
+            dropped["history"] += 1
+    system = GROUNDING + (STRICT if strict else LOOSE)
+    if passages:
+        system += "\n\nContext:\n" + "\n\n".join(passages)
+    if mem_lines:
+        system += "\n\nWhat you remember about the user:\n" + "\n".join(mem_lines)
+    messages = [ChatMessage("system", system)]
+    messages += [ChatMessage(t["role"], t["content"]) for t in kept_history]
+    messages.append(ChatMessage("user", question))
+    tokens = budget_tokens - budget.left
+    return Context(messages, used, tokens, budget.truncated, dropped)
 
 
-def build_messages(question: str, chunks: list[RetrievedChunk], *, budget_tokens: int = 2500,
-                   strict: bool = True, count=approx_tokens):
-    context, used, total, truncated = assemble_context(chunks, budget_tokens, count)
-    system = GROUNDING + (STRICT if strict else "")
-    user = f"Context:\n{context}\n\nQuestion: {question}"
-    return [ChatMessage("system", system), ChatMessage("user", user)], used, total, truncated
-
-
-def answer_question(llm, question: str, chunks: list[RetrievedChunk], settings, cache=None) -> Answer:
+def answer_question(llm, question: str, chunks: Sequence[RetrievedChunk], settings, cache=None, *,
+                    memory: Sequence[str] = (), history: Sequence[dict] = ()) -> Answer:
     """Answer from the retrieved chunks. No chunk under strict grounding: say so, no LLM call."""
     gc = settings.generation
     if not chunks and gc.strict_grounding:
         return Answer(NO_CONTEXT_ANSWER)
-    messages, used, total, truncated = build_messages(question, chunks, budget_tokens=gc.context_budget_tokens,
-                                                      strict=gc.strict_grounding)
+    count = getattr(llm, "count_tokens", None) or approx_tokens
+    ctx = assemble_context(question, chunks, memory=memory, history=history,
+                           budget_tokens=gc.context_budget_tokens, strict=gc.strict_grounding, count=count)
     key = None
     if cache is not None:
-        key = cache.key({"llm": llm.id, "messages": [m.__dict__ for m in messages],
+        key = cache.key({"llm": llm.id, "messages": [m.__dict__ for m in ctx.messages],
                          "max_tokens": settings.llm.max_tokens, "temperature": settings.llm.temperature,
                          "seed": settings.llm.seed})
         hit = cache.get(key)
         if hit is not None:
-            return Answer(hit["text"], used, total, truncated, hit.get("prompt_tokens"),
-                          hit.get("completion_tokens"), cached=True)
-    out = llm.chat(messages)
+            return Answer(hit["text"], ctx.used, ctx.tokens, ctx.truncated, hit.get("prompt_tokens"),
+                          hit.get("completion_tokens"), cached=True, dropped=ctx.dropped)
+    out = llm.chat(ctx.messages)
+    text = out.text.strip()
     if cache is not None and settings.llm.temperature == 0:
-        cache.put(key, {"text": out.text, "prompt_tokens": out.prompt_tokens,
+        cache.put(key, {"text": text, "prompt_tokens": out.prompt_tokens,
                         "completion_tokens": out.completion_tokens})
-    return Answer(out.text.strip(), used, total, truncated, out.prompt_tokens, out.completion_tokens)
+    return Answer(text, ctx.used, ctx.tokens, ctx.truncated, out.prompt_tokens, out.completion_tokens,
+                  dropped=ctx.dropped)
