@@ -33,14 +33,16 @@ def test_budget_keeps_question_then_passages_then_memory_then_newest_history():
     # budget 30 tokens (words): question 3 → 27 left; passage blocks are "[i] (src)" + text:
     # 2 header tokens + 10 words = 12 each → two fit (24), 3 left; the third (12) is cut since a
     # quarter (3) fits: the longest prefix within 3 words is "[3] …" ("(office/doc2.md)\nw2" is
-    # 2 words), so 3 + 24 + 2 = 29 tokens are used; memory and history find no room.
+    # 2 words); 1 token is left: the memory line "- m1 m2" (3) is dropped, the history turn
+    # "old" (1) still fits, so 3 + 24 + 2 + 1 = 30 tokens are used.
     chunks = [chunk(i, words(10, f"w{i}")) for i in range(3)]
     ctx = assemble_context("one two three", chunks, memory=["m1 m2"], history=[{"role": "user", "content": "old"}],
                            budget_tokens=30, count=count_words)
     assert [u["chunk_index"] for u in ctx.used] == [0, 1, 2]
     assert ctx.used[2].get("partial") is True and "partial" not in ctx.used[0]
-    assert ctx.messages[0].content.endswith("[3] …") and ctx.tokens == 29
-    assert ctx.dropped == {"passages": 0, "memory": 1, "history": 1}
+    assert ctx.messages[0].content.endswith("[3] …") and ctx.tokens == 30
+    assert ctx.dropped == {"passages": 0, "memory": 1, "history": 0}
+    assert [m.content for m in ctx.messages[1:-1]] == ["old"]
     assert ctx.truncated
     assert ctx.messages[-1].content == "one two three"
 
