@@ -145,6 +145,27 @@ def cmd_migrate_private(args) -> int:
     return 0
 
 
+def cmd_calibrate_floor(args) -> int:
+    from dataclasses import asdict
+
+    from .eval.evalset import load_evalset
+    from .eval.runner import open_eval_kb
+    from .retrieval.floor import FLOORS_FILE, calibrate_floor, save_floor
+
+    s = _settings(args)
+    es = load_evalset(args.evalset or s.eval.evalset)
+    kb, _ = open_eval_kb(s, es, progress=not args.quiet)
+    try:
+        cal = calibrate_floor(kb, es, rule=args.rule, min_recall=args.min_recall)
+    finally:
+        kb.store.close()
+    print(json.dumps(asdict(cal), indent=2))
+    if args.write:
+        save_floor(cal)
+        print(f"stored floor {cal.floor} for {cal.embedder_id} in {FLOORS_FILE}")
+    return 0
+
+
 def _table(rows) -> str:
     cols = ["name", "id", "size", "load_s", "ok", "smoke"]
     widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
@@ -197,6 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     pmp.add_argument("--owner", required=True)
     pmp.add_argument("--quiet", action="store_true")
     pmp.set_defaults(fn=cmd_migrate_private)
+    pc = sub.add_parser("calibrate-floor", help="derive the score floor of the configured embedder from an evalset")
+    pc.add_argument("--evalset", help="evalset folder (default: eval.evalset)")
+    pc.add_argument("--write", action="store_true", help="store it in adiyan/models/floors.yaml")
+    pc.add_argument("--rule", choices=["recall", "youden"], default="recall")
+    pc.add_argument("--min-recall", type=float, default=0.95, help="share of relevant scores the floor keeps")
+    pc.add_argument("--quiet", action="store_true")
+    pc.set_defaults(fn=cmd_calibrate_floor)
     args = p.parse_args(argv)
     try:
         return args.fn(args)

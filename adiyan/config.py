@@ -94,6 +94,7 @@ class RetrievalConfig(_Section):
     # default_floor (0.0 = no floor) until `adiyan calibrate-floor` stores one.
     score_floors: dict[str, float] = Field(default_factory=lambda: {"nomic-embed-text": 0.55})
     default_floor: float = 0.0
+    use_calibrated_floors: bool = True  # floors measured by `adiyan calibrate-floor` (models/floors.yaml)
     mode: Literal["dense", "bm25", "hybrid"] = "dense"
     rrf_k: int = Field(60, ge=1)
     hybrid_prefetch: int = Field(50, ge=1)  # candidates per side before fusion
@@ -153,7 +154,16 @@ class Settings(_Section):
         return hashlib.sha256(canon.encode()).hexdigest()
 
     def score_floor(self, embedder_id: str) -> float:
-        return self.retrieval.score_floors.get(embedder_id, self.retrieval.default_floor)
+        """Configured floor, else the calibrated one for this embedder, else ``default_floor``."""
+        if embedder_id in self.retrieval.score_floors:
+            return self.retrieval.score_floors[embedder_id]
+        if self.retrieval.use_calibrated_floors:
+            from .retrieval.floor import load_floors
+
+            calibrated = load_floors().get(embedder_id)
+            if calibrated:
+                return float(calibrated["floor"])
+        return self.retrieval.default_floor
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> "Settings":
         data = self.to_dict()

@@ -35,23 +35,29 @@ def new_run_id(settings) -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + settings.config_hash()[:6]
 
 
+def open_eval_kb(settings, es, *, progress: bool = True, embedder=None):
+    """The evalset's knowledge base, ingested: one index per (evalset version, embedder), so
+    reruns reuse it and a chunking change re-ingests only what changed."""
+    ds_hash = es.content_hash()
+    embedder = embedder or embedder_from_settings(settings, progress=progress)
+    kb_settings = settings.with_overrides({
+        "paths.data_dir": str(Path(settings.paths.data_dir) / "eval" / f"{_slug(es.name)}-{ds_hash[:8]}" / _slug(embedder.id))})
+    kb = KnowledgeBase(kb_settings, open_store(kb_settings), embedder)
+    ingested = []
+    for doc in tqdm(es.documents, desc="ingest", unit="doc", disable=not progress):
+        ingested.append(kb.ingest_document(doc.path, doc.filename, doc.owner, doc.visibility))
+    kb.finish_ingest()
+    return kb, ingested
+
+
 def run_eval(settings, *, progress: bool = True, run_id: str | None = None, log=print) -> Path:
     t_start = time.perf_counter()
     es = load_evalset(settings.eval.evalset)
     ds_hash = es.content_hash()
-    embedder = embedder_from_settings(settings, progress=progress)
-    # One index per (evalset version, embedder): reruns reuse it; a chunking change re-ingests.
-    kb_settings = settings.with_overrides({
-        "paths.data_dir": str(Path(settings.paths.data_dir) / "eval" / f"{_slug(es.name)}-{ds_hash[:8]}" / _slug(embedder.id))})
-    store = open_store(kb_settings)
+    t0 = time.perf_counter()
+    kb, ingested = open_eval_kb(settings, es, progress=progress)
+    embedder, store = kb.embedder, kb.store
     try:
-        kb = KnowledgeBase(kb_settings, store, embedder)
-        t0 = time.perf_counter()
-        ingested = []
-        for doc in tqdm(es.documents, desc="ingest", unit="doc", disable=not progress):
-            res = kb.ingest_text(doc.path.read_text(encoding="utf-8"), doc.filename, doc.owner, doc.visibility)
-            ingested.append(res)
-        kb.finish_ingest()
         ingest_s = time.perf_counter() - t0
 
         llm = llm_from_settings(settings) if settings.eval.generate else None
@@ -106,7 +112,7 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, log=
             "python": platform.python_version(),
             "config_hash": settings.config_hash(),
             "config": settings.to_dict(),
-            "models": {"embedder": embedder.describe(),
+            "models": {"embedder": {**embedder.describe(), "score_floor": settings.score_floor(embedder.id)},
                        "llm": ({"id": llm.id, "context_size": llm.context_size} if llm else None)},
             "dataset": {"name": es.name, "path": str(es.root), "hash": ds_hash,
                         "n_documents": len(es.documents), "n_questions": len(es.questions),

@@ -86,6 +86,10 @@ class CollectionMeta:
                    d.get("distance", "cosine"), d.get("extra") or {})
 
     def check(self, embedder_id: str, dim: int, normalized: bool = True) -> None:
+        if int(self.extra.get("schema", 1)) < SCHEMA_VERSION:
+            raise StoreError(f"collection {self.name!r} has layout version {self.extra.get('schema', 1)} "
+                             f"(current {SCHEMA_VERSION}: adds sparse BM25 vectors); re-ingest into a new "
+                             f"data directory or drop the collection")
         if (self.embedder_id, self.dim, self.normalized) != (embedder_id, dim, normalized):
             raise EmbedderMismatchError(
                 f"collection {self.name!r} was built with embedder {self.embedder_id!r} "
@@ -96,6 +100,9 @@ class CollectionMeta:
             )
 
 
+# Version of the collection layout; 2 added the sparse BM25 vector. Older collections are refused
+# with a clear error instead of failing on the first hybrid query.
+SCHEMA_VERSION = 2
 SPARSE_NAME = "bm25"  # the sparse (lexical) vector every collection carries beside the dense one
 
 

@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import INDEXED_FIELDS, SPARSE_NAME, CollectionMeta, Empty, Filter, Hit, Point, Sparse, StoreError
+from .base import INDEXED_FIELDS, SCHEMA_VERSION, SPARSE_NAME, CollectionMeta, Empty, Filter, Hit, Point, Sparse, StoreError
 
 _SCROLL_PAGE = 1000
 
@@ -88,7 +88,7 @@ class EdgeStore:
             shard.flush()
             self._shards[name] = shard
             meta = CollectionMeta(name, dim, embedder_id, normalized,
-                                  extra={"engine": "edge", "hnsw_m": self.hnsw_m,
+                                  extra={"engine": "edge", "schema": SCHEMA_VERSION, "hnsw_m": self.hnsw_m,
                                          "hnsw_ef_construct": self.hnsw_ef_construct})
             tmp = self._meta_path(name).with_suffix(".tmp")
             tmp.write_text(json.dumps(meta.to_dict(), indent=2))

@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import INDEXED_FIELDS, SPARSE_NAME, CollectionMeta, Empty, Filter, Hit, Point, Sparse, StoreError
+from .base import INDEXED_FIELDS, SCHEMA_VERSION, SPARSE_NAME, CollectionMeta, Empty, Filter, Hit, Point, Sparse, StoreError
 
 
 def _models():
@@ -78,7 +78,7 @@ class ServerStore:
             return meta
         m = _models()
         meta = CollectionMeta(name, dim, embedder_id, normalized,
-                              extra={"engine": self.engine, "hnsw_m": self.hnsw_m,
+                              extra={"engine": self.engine, "schema": SCHEMA_VERSION, "hnsw_m": self.hnsw_m,
                                      "hnsw_ef_construct": self.hnsw_ef_construct})
         self.client.create_collection(
             name,
