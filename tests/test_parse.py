@@ -279,6 +279,16 @@ def test_office_zips_without_their_main_part_are_refused(tmp_path, filename, mai
     assert_refused(path.read_bytes(), filename, "missing_main_part", match=re.escape(main_part))
 
 
+@pytest.mark.parametrize(("filename", "main_part", "reader"), [("letter.docx", "word/document.xml", "Docling"),
+                                                               ("deck.pptx", "ppt/presentation.xml", "python-pptx")])
+def test_office_zips_with_a_broken_main_part_are_refused(tmp_path, filename, main_part, reader):
+    path = tmp_path / filename
+    with zipfile.ZipFile(path, "w") as package:
+        package.writestr("[Content_Types].xml", '<?xml version="1.0"?><Types/>')
+        package.writestr(main_part, "this is not XML")
+    assert_refused(path.read_bytes(), filename, "unreadable_document", match=f"^{reader} could not")
+
+
 @pytest.mark.parametrize(("filename", "data", "found"), [
     ("report.pdf", image_bytes(Image.new("RGB", (8, 8)), "PNG"), "PNG"),
     ("photo.png", image_bytes(Image.new("RGB", (8, 8)), "JPEG"), "JPEG"),

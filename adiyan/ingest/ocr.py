@@ -2,8 +2,8 @@
 
 RapidOCR is the default because its PP-OCR models ship inside the wheel, so it runs offline.
 Debian's tesseract is the fallback when RapidOCR cannot load and ``tesseract`` is on PATH.
-Engines load lazily and once per process (RapidOCR's models take about a second); a failed
-load is remembered too, so a scanned 300-page PDF does not retry it on every page.
+Engines load lazily and once per process; a failed load is remembered too, so a scanned
+300-page PDF does not retry it on every page.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from PIL import Image, ImageOps
+from PIL import Image, ImageDraw, ImageFont, ImageOps
 
 ENGINES = ("rapidocr", "tesseract", "none")
 # Which engines to try, in order, for each setting of ``ocr``.
@@ -40,7 +40,16 @@ class _RapidOcr:
     def __init__(self):
         from rapidocr import RapidOCR
 
-        self._engine = RapidOCR(params={"Global.log_level": "warning"})
+        # Detection on an image scaled so its longer side is 960 px: the default (shorter side scaled
+        # *up* to 736 px) blew a 1400x260 slide picture up to 3963x736 and took 10x as long, and it
+        # split lines; on a 144-dpi A4 page both settings recovered every word of the text layer.
+        self._engine = RapidOCR(params={"Global.log_level": "warning",
+                                        "Det.limit_type": "max", "Det.limit_side_len": 960})
+        # RapidOCR loads its models on first use: read a specimen now, so a broken install counts
+        # as "unavailable" (and tesseract is tried) instead of failing halfway through a document.
+        specimen = Image.new("RGB", (240, 80), "white")
+        ImageDraw.Draw(specimen).text((16, 16), "OCR 42", fill="black", font=ImageFont.load_default(size=40))
+        self.read(specimen)
 
     def read(self, image: Image.Image) -> str:
         result = self._engine(image)
@@ -58,7 +67,7 @@ class _Tesseract:
     def read(self, image: Image.Image) -> str:
         png = io.BytesIO()
         image.save(png, format="PNG")
-        # --psm 6 (one uniform block) read slide and scan crops better than automatic layout here.
+        # --psm 6 (one uniform block of text): the mode ../shared/docs/offline.md measured on this kind of machine.
         proc = subprocess.run([self._binary, "stdin", "stdout", "--psm", "6"], input=png.getvalue(),
                               capture_output=True, timeout=TESSERACT_TIMEOUT_S, check=False)
         if proc.returncode != 0:

@@ -38,11 +38,11 @@ class _Slide:
 def deck_to_markdown(data: bytes, filename: str, report: ExtractionReport, ocr: str) -> str:
     """Markdown with a ``## Slide N`` section per slide that yielded text; fills ``report``."""
     try:
-        deck = Presentation(io.BytesIO(data))
+        slides = list(Presentation(io.BytesIO(data)).slides)
     except Exception as exc:  # noqa: BLE001 - python-pptx raises many types for a broken package
         raise ParseError(filename, "unreadable_document", f"python-pptx could not open the deck: {exc}") from exc
     sections = []
-    for number, slide in enumerate(deck.slides, start=1):
+    for number, slide in enumerate(slides, start=1):
         content = _Slide(number)
         _walk(slide.shapes, content, filename, report)
         text, tier = "\n\n".join(b for b in content.blocks if b), TIER
