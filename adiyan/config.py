@@ -109,6 +109,9 @@ class MemoryConfig(_Section):
     overfetch_factor: int = Field(3, ge=1)  # fetch max(factor*k, overfetch_min) then re-rank
     overfetch_min: int = Field(10, ge=1)
     recency: bool = True
+    top_k: int = Field(5, ge=1)
+    # mem0 consolidation (infer=True) needs a capable LLM; None decides by the model's capability.
+    infer: bool | None = None
 
 
 class GenerationConfig(_Section):

@@ -44,16 +44,19 @@ import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from .retrieval.recency import age_days, overfetch_size, parse_timestamp, recency_weight, rerank_by_recency, to_utc_iso
-from .store.base import CollectionMeta, StoreError
+from .models.base import ModelError
+from .retrieval.recency import age_days, overfetch_size, parse_timestamp, rerank_by_recency, to_utc_iso
+from .store.base import CollectionMeta, EmbedderMismatchError, StoreError
 
 KINDS = ("conversation", "coaching")
 ROLES = ("user", "assistant")
 DEFAULT_TOP_K = 5
 PROVIDER = "adiyan"  # the name our adapters are registered under in mem0's factories
 _LIST_LIMIT = 100_000
+MIN_CONSOLIDATION_CONTEXT = 12_288  # tokens: mem0's extraction prompt (~8.6k) plus its JSON answer
+CONSOLIDATION_MAX_TOKENS = 1024  # mem0's JSON of extracted facts; llm.max_tokens is sized for answers
 
 log = logging.getLogger(__name__)
 
@@ -88,15 +91,17 @@ class MemoryRecord:
 
 # -- consolidation capability ---------------------------------------------------------------
 
-def consolidation_capable(llm_name: str | None) -> bool:
+def consolidation_capable(llm_name: str | None, context_size: int | None = None) -> bool:
     """Whether an LLM can run mem0's fact consolidation (``infer=True``).
 
-    The embedded models (smollm2, any local GGUF) are too small to return mem0's JSON reliably;
-    models behind an Ollama or OpenAI-compatible server are assumed to be real chat models.
+    mem0 2.2's extraction prompt alone is ~8.6k tokens, so the model needs a context of at
+    least :data:`MIN_CONSOLIDATION_CONTEXT`; and the embedded models (smollm2, a local GGUF)
+    are too small to return its JSON reliably. Models behind an Ollama or OpenAI-compatible
+    server with a large enough ``llm.context_size`` are taken to be capable.
     """
-    if not llm_name:
+    if not llm_name or not llm_name.startswith(("ollama:", "openai-compatible")):
         return False
-    return llm_name.startswith(("ollama:", "openai-compatible"))
+    return context_size is None or context_size >= MIN_CONSOLIDATION_CONTEXT
 
 
 # -- mem0, imported lazily and offline -------------------------------------------------------
@@ -181,7 +186,8 @@ def _import_mem0(home: Path):
                         raise RuntimeError("memory consolidation (infer=True) needs an LLM; none is configured")
                     self._llm = self._source() if callable(self._source) and not hasattr(self._source, "chat") \
                         else self._source
-                return self._llm.chat([{"role": m["role"], "content": m["content"]} for m in messages]).text
+                msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
+                return self._llm.chat(msgs, max_tokens=CONSOLIDATION_MAX_TOKENS).text
 
         # mem0's factories load providers by dotted path: expose the classes on this module.
         globals()["AdiyanMem0Embedding"] = AdiyanEmbedding
@@ -215,7 +221,7 @@ class Memory:
 
     def __init__(self, embedder, *, path: str | os.PathLike | None = None, url: str | None = None,
                  api_key: str | None = None, history_dir: str | os.PathLike, collection_prefix: str = "adiyan_",
-                 llm: Any = None, infer: bool = False, half_life_days: float = 14.0, overfetch_factor: int = 3,
+                 llm: Any = None, infer: bool = False, half_life_days: float = 14.0, overfetch_factor: int = 3, default_k: int = DEFAULT_TOP_K,
                  overfetch_min: int = 10, recency: bool = True, mem0_home: str | os.PathLike = ".cache/adiyan/mem0"):
         """``path`` (local Qdrant folder) or ``url`` (Qdrant server); ``llm`` an adiyan LLM or a
         zero-argument loader, used only when ``infer`` is on."""
@@ -225,6 +231,7 @@ class Memory:
             raise ValueError("infer=True (mem0 consolidation) needs an LLM")
         self.embedder = embedder
         self.half_life_days = float(half_life_days)
+        self.default_k = int(default_k)
         self.overfetch_factor = int(overfetch_factor)
         self.overfetch_min = int(overfetch_min)
         self.recency = bool(recency)
@@ -289,7 +296,10 @@ class Memory:
         if infer is None:
             infer = getattr(mc, "infer", None)  # a memory.infer setting, when the config has one
         if infer is None:
-            infer = consolidation_capable(getattr(llm, "id", None) or settings.llm.name)
+            if llm is not None:
+                infer = consolidation_capable(getattr(llm, "id", None), getattr(llm, "context_size", None))
+            else:
+                infer = consolidation_capable(settings.llm.name, settings.llm.context_size)
         llm_source = llm if llm is not None else (lambda: llm_from_settings(settings))
         data_dir = Path(settings.paths.data_dir)
         sc = settings.store
@@ -299,8 +309,11 @@ class Memory:
             where = {"url": sc.url, "api_key": os.environ.get(sc.api_key_env)}
         else:  # edge and local: mem0 has no qdrant-edge provider; Qdrant's local mode in the data dir
             where = {"path": data_dir / "memory" / "qdrant"}
+        # A given LLM stays available for add(..., infer=True); the configured one is loaded
+        # only when consolidation is on.
+        llm_arg = llm_source if (infer or llm is not None) else None
         return cls(embedder, **where, history_dir=data_dir / "memory", collection_prefix=sc.collection_prefix,
-                   llm=llm_source if infer else None, infer=bool(infer), half_life_days=mc.half_life_days,
+                   llm=llm_arg, infer=bool(infer), half_life_days=mc.half_life_days, default_k=mc.top_k,
                    overfetch_factor=mc.overfetch_factor, overfetch_min=mc.overfetch_min, recency=mc.recency,
                    mem0_home=Path(settings.paths.cache_dir) / "mem0")
 
@@ -324,8 +337,16 @@ class Memory:
                 return  # created but never stamped (e.g. interrupted): adopted below
             raise StoreError(f"memory collection {name!r} at {self.where} was not created by adiyan "
                              f"(no embedder recorded); use another data directory or collection prefix")
+        # Compared here rather than with CollectionMeta.check: mem0 owns this collection's layout,
+        # so the KB store's layout version does not apply.
         meta = CollectionMeta.from_dict(md)
-        meta.check(self.embedder.id, self.embedder.dim, self.embedder.normalized)
+        emb = self.embedder
+        if (meta.embedder_id, meta.dim, meta.normalized) != (emb.id, emb.dim, emb.normalized):
+            raise EmbedderMismatchError(
+                f"memory collection {name!r} at {self.where} was built with embedder {meta.embedder_id!r} "
+                f"(dim {meta.dim}, normalized={meta.normalized}) but is being used with {emb.id!r} "
+                f"(dim {emb.dim}, normalized={emb.normalized}). Vectors from different models are not "
+                f"comparable: use another data directory or collection prefix, or switch the embedder back.")
 
     def _stamp_model(self, name: str) -> None:
         info = self.client.get_collection(name)
@@ -355,8 +376,13 @@ class Memory:
         use_infer = self.infer if infer is None else bool(infer)
         if use_infer and not self.has_llm:
             raise ValueError("infer=True (mem0 consolidation) needs an LLM; this Memory has none")
-        out = self._mem(kind).add([{"role": role, "content": text}], user_id=user_id, metadata=meta,
-                                  infer=use_infer)
+        from mem0.exceptions import LLMError
+
+        try:
+            out = self._mem(kind).add([{"role": role, "content": text}], user_id=user_id, metadata=meta,
+                                      infer=use_infer)
+        except LLMError as exc:
+            raise ModelError(f"memory consolidation (infer=True) failed: {exc}") from exc
         results = out.get("results", []) if isinstance(out, dict) else out
         return results[0]["id"] if results else None
 
@@ -369,7 +395,7 @@ class Memory:
         similarity, score each by similarity * 0.5 ** (age_days / half_life), keep the top k.
         Without: the top k by similarity (weight 1.0).
         """
-        k = DEFAULT_TOP_K if k is None else int(k)
+        k = self.default_k if k is None else int(k)
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         use_recency = self.recency if recency is None else bool(recency)

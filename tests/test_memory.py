@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from adiyan.memory import KINDS, Memory, MemoryHit, consolidation_capable
+from adiyan.models import ModelError
 from adiyan.store import EmbedderMismatchError, StoreError
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
@@ -122,6 +123,8 @@ def test_memories_persist_across_reopening_the_data_dir(open_memory, make_settin
     stale_id = mem.add(STALE, user_id="alice", created_at=ago(30), metadata={"session": "s1"})
     fix_id = mem.add(CORRECTION, user_id="alice", created_at=ago(1))
     before = mem.search(QUERY, user_id="alice", k=2, now=NOW)
+    with pytest.raises(StoreError, match="in use"):  # local mode: one open Memory per data dir
+        Memory.from_settings(make_settings(), embedder=minilm)
     mem.close()
 
     again = open_memory(minilm)
@@ -140,8 +143,9 @@ def test_memories_persist_across_reopening_the_data_dir(open_memory, make_settin
 
 def test_no_llm_is_loaded_or_called_without_consolidation(open_memory, minilm):
     mem = open_memory(minilm)  # default config: llm smollm2, which cannot consolidate
-    assert consolidation_capable("smollm2") is False and consolidation_capable("gguf:/m.gguf") is False
-    assert consolidation_capable("ollama:qwen2.5:7b") and consolidation_capable("openai-compatible:http://h/v1")
+    assert consolidation_capable("smollm2") is False and consolidation_capable("gguf:/m.gguf", 32768) is False
+    assert consolidation_capable("ollama:qwen2.5:7b", 32768) and consolidation_capable("openai-compatible:http://h/v1")
+    assert consolidation_capable("ollama:qwen2.5:7b", 2048) is False  # mem0's prompt alone is ~8.6k tokens
     assert not mem.infer and not mem.has_llm
     mem.add(STALE, user_id="alice", created_at=ago(1))  # stored verbatim, no LLM involved
     assert [r.text for r in mem.all("alice")] == [STALE]
@@ -172,3 +176,18 @@ def test_server_engine_needs_a_url(make_settings, minilm):
 def test_hit_as_dict_rounds():
     h = MemoryHit("t", 0.1234567, 0.5, 0.06172835, "2025-06-01T00:00:00+00:00", "id1", 14.0)
     assert h.as_dict()["similarity"] == 0.123457 and h.as_dict()["kind"] == "conversation"
+
+
+def test_consolidation_goes_through_the_adiyan_llm_and_smollm2_cannot_hold_it(make_settings, minilm, smollm2):
+    """infer=True routes mem0's extraction to our LLM; the embedded smollm2 (2k context) cannot
+    even take mem0's prompt, which is why consolidation is off unless a capable LLM is configured."""
+    mem = Memory.from_settings(make_settings(), embedder=minilm, llm=smollm2, infer=True)
+    try:
+        assert mem.infer and mem.has_llm
+        with pytest.raises(ModelError, match="context window"):
+            mem.add("Hi, I'm Alice; my favourite colour is teal.", user_id="alice")
+        assert mem.all("alice") == []
+        verbatim = mem.add(STALE, user_id="alice", infer=False)  # per call, consolidation can be skipped
+        assert [r.id for r in mem.all("alice")] == [verbatim]
+    finally:
+        mem.close()
