@@ -57,6 +57,14 @@ def models(c, only=None, json=False):
     _cli(c, args)
 
 
+@task(iterable=["set_"], help={"embedder": "embedder name (default: the config's, minilm)",
+                               "config": "YAML config file", "set_": "override: key=value (repeatable)"})
+def replay(c, embedder=None, config=None, set_=None):
+    """Replay the five incidents (before / after); writes reports/incidents.json, fails if a principle fails."""
+    sets = list(set_ or []) + ([f"embedder.name={embedder}"] if embedder else [])
+    _cli(c, "replay", config, sets)
+
+
 @task(iterable=["set_"])
 def config(c, config=None, set_=None):
     """Print the resolved configuration and its hash."""

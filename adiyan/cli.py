@@ -166,6 +166,21 @@ def cmd_calibrate_floor(args) -> int:
     return 0
 
 
+def cmd_replay(args) -> int:
+    from pathlib import Path
+
+    from .eval.incidents import format_table, replay_all, write_results
+
+    s = _settings(args)
+    results = replay_all(s, progress=not args.quiet)
+    print(format_table(results))
+    out = Path(args.output or Path(s.paths.reports_dir) / "incidents.json")
+    write_results(results, out, s)
+    failing = [r for r in results if not r.holds]
+    print(f"\n{len(results) - len(failing)}/{len(results)} principles hold; written to {out}")
+    return 1 if failing else 0
+
+
 def _table(rows) -> str:
     cols = ["name", "id", "size", "load_s", "ok", "smoke"]
     widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
@@ -225,6 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     pc.add_argument("--min-recall", type=float, default=0.95, help="share of relevant scores the floor keeps")
     pc.add_argument("--quiet", action="store_true")
     pc.set_defaults(fn=cmd_calibrate_floor)
+    pr = sub.add_parser("replay", help="replay the five incidents of the seed (before / after)")
+    pr.add_argument("--output", help="JSON path (default reports/incidents.json)")
+    pr.add_argument("--quiet", action="store_true")
+    pr.set_defaults(fn=cmd_replay)
     args = p.parse_args(argv)
     try:
         return args.fn(args)
