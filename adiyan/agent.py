@@ -482,7 +482,7 @@ def _call_args(inner: str) -> dict:
     inner = inner.strip()
     if not inner:
         return {}
-    kw = dict((k, a if a is not None else b) for k, a, b in
+    kw = dict((k, a or b) for k, a, b in
               re.findall(r"(\w+)\s*[=:]\s*(?:\"([^\"]*)\"|'([^']*)')", inner))
     if kw:
         return kw
@@ -667,9 +667,9 @@ def compact(scratchpad: Scratchpad, tool_name: str, args: Mapping, raw_output: A
             pad.open_questions.append(f"nothing for {args.get('query', '')!r}: {raw_output.empty_reason}")
             pad.history.append(f"{call} -> no results ({raw_output.empty_reason})")
         else:
-            srcs = sorted({c.source for c in chunks})
-            pad.history.append(f"{call} -> {len(raw_output.chunks)} chunk(s) from {', '.join(srcs)}; "
-                               f"{added} new finding(s)")
+            srcs = ", ".join(dict.fromkeys(c.source for c in chunks))
+            pad.history.append(f"{call} -> {len(raw_output.chunks)} chunk(s), {len(chunks)} relevant "
+                               f"({srcs}); {added} new finding(s)")
         return pad
     if tool_name == "find_document":
         if not raw_output:
@@ -778,6 +778,10 @@ GENERAL_SYSTEM = ("You are a helpful assistant. Answer briefly. You have no docu
 _KB_TOOLS = ("search_kb", "search_document", "find_document", "read_document", "list_documents", "search_memory")
 
 
+def _call_key(tool: str, args: Mapping) -> str:
+    return tool + json.dumps(dict(args), sort_keys=True)
+
+
 @dataclass
 class _Action:
     tool: str
@@ -823,18 +827,23 @@ class Agent:
         budget = self._scratchpad_budget(system + head + tail)
         return [ChatMessage("system", system), ChatMessage("user", head + pad.render(budget) + tail)]
 
-    def default_action(self, route: str, question: str, pad: Scratchpad, called: set[str]) -> _Action:
-        """The deterministic action taken when the model's reply is unusable."""
+    def default_action(self, route: str, question: str, pad: Scratchpad, done_calls: set[str]) -> _Action:
+        """The deterministic action taken when the model's reply is unusable: the route's plan
+        (e.g. search_kb(question)), skipping calls already made; then finish."""
         allows = self.requester.tier.allows
-        if route == "memory_question" and "search_memory" not in called and allows(MEMORY_READ):
+
+        def fresh(tool: str, args: dict) -> bool:
+            return _call_key(tool, args) not in done_calls
+
+        if route == "memory_question" and allows(MEMORY_READ) and fresh("search_memory", {"query": question}):
             return _Action("search_memory", {"query": question}, "fallback")
         if route == "document_request" and allows(KB_READ_FULL_TEXT):
-            unread = [s for s in pad.leads if s not in pad.documents_checked]
-            if "find_document" not in called:
+            if fresh("find_document", {"query": question}):
                 return _Action("find_document", {"query": question}, "fallback")
-            if unread and "read_document" not in called:
+            unread = [s for s in pad.leads if s not in pad.documents_checked and fresh("read_document", {"source": s})]
+            if unread:
                 return _Action("read_document", {"source": unread[0]}, "fallback")
-        if route != "general" and "search_kb" not in called and allows(KB_READ):
+        if route != "general" and allows(KB_READ) and fresh("search_kb", {"query": question}):
             return _Action("search_kb", {"query": question}, "fallback")
         return _Action("finish", {"answer": ""}, "fallback")
 
@@ -850,22 +859,19 @@ class Agent:
         parsed = parse_action(out.text, self.tools, question=question)
         tr.parse_ok, tr.parse_error, tr.ignored_args = parsed.ok, parsed.error, parsed.ignored_args
         if not parsed.ok:
-            act = self.default_action(route, question, pad, called)
+            act = self.default_action(route, question, pad, done_calls)
             act.parse = parsed
             act.note = f"unparseable reply ({parsed.error}): default action"
             return act
         act = _Action(parsed.tool, parsed.args, "model", parsed)
         strict = self.settings.generation.strict_grounding
         if act.tool == "finish" and route != "general" and strict and not (called & set(_KB_TOOLS)):
-            alt = self.default_action(route, question, pad, called)
+            alt = self.default_action(route, question, pad, done_calls)
             if alt.tool != "finish":
                 alt.source, alt.note = "override", "finish before any evidence under strict grounding: default action"
                 return alt
-        key = act.tool + json.dumps(act.args, sort_keys=True)
-        if act.tool != "finish" and key in done_calls:
-            alt = self.default_action(route, question, pad, called)
-            if alt.tool + json.dumps(alt.args, sort_keys=True) in done_calls:
-                alt = _Action("finish", {"answer": ""}, "override")
+        if act.tool != "finish" and _call_key(act.tool, act.args) in done_calls:
+            alt = self.default_action(route, question, pad, done_calls)
             alt.source, alt.note = "override", "repeated an earlier call: default action"
             return alt
         return act
@@ -902,11 +908,12 @@ class Agent:
                 tr.latency_s = time.perf_counter() - t_step
                 raise self._refuse(err, steps, tr) from None
             if act.tool == "finish":
-                final = self._final_answer(question, route, pad, act.args.get("answer", "") if act.source == "model" else "")
                 tr.latency_s = time.perf_counter() - t_step
                 tr.scratchpad_tokens, tr.n_findings = approx_tokens(pad.render(10**9)), len(pad.findings)
                 steps.append(tr)
                 log.info("agent step %d: finish (%s)", step, act.source)
+                final = self._final_answer_traced(question, route, pad, steps,
+                                                  act.args.get("answer", "") if act.source == "model" else "")
                 stopped = "finished"
                 break
             t0 = time.perf_counter()
@@ -918,7 +925,7 @@ class Agent:
             tr.tool_latency_s = time.perf_counter() - t0
             tr.observation_chars = len(repr(raw))
             called.add(act.tool)
-            done_calls.add(act.tool + json.dumps(act.args, sort_keys=True))
+            done_calls.add(_call_key(act.tool, act.args))
             t0 = time.perf_counter()
             pad = self.compactor(pad, act.tool, dict(act.args), raw, question=question,
                                  embedder=getattr(self.kb, "embedder", None), step=step)
@@ -929,12 +936,19 @@ class Agent:
             log.info("agent step %d: %s %s (%s) %.2fs, %d finding(s)", step, act.tool, _short(act.args),
                      act.source, tr.latency_s, tr.n_findings)
         if final is None:
-            final = self._final_answer(question, route, pad, "")
+            final = self._final_answer_traced(question, route, pad, steps, "")
         answer, source, synthesis = final
         return AgentResult(answer, steps, pad, stopped, route, source, synthesis, self.requester.id,
                            self.requester.tier.name)
 
     # -- the final answer ------------------------------------------------------------------------
+    def _final_answer_traced(self, question, route, pad, steps, model_answer):
+        try:
+            return self._final_answer(question, route, pad, model_answer)
+        except AuthorizationError as err:  # the general-reasoning fallback is itself a capability
+            tr = StepTrace(len(steps) + 1, err.tool or "final_answer", {}, "fallback", True)
+            raise self._refuse(err, steps, tr) from None
+
     def _grounded(self, answer: str, pad: Scratchpad) -> bool:
         if not pad.findings:
             return False
@@ -983,7 +997,6 @@ class Agent:
         budget = min(self.settings.generation.context_budget_tokens, max(64, int(ctx * 0.6)))
         chunks, used = [], 0
         for (src, idx), fs in groups.items():
-            fs = sorted(fs, key=lambda f: f.step)  # keep document order within a chunk
             text = " ".join(f.text for f in fs)
             n = approx_tokens(text) + 8
             if chunks and used + n > budget:

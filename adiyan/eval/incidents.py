@@ -184,39 +184,53 @@ def image_only_slide(settings, embedder) -> IncidentResult:
 
 
 # 5 ---------------------------------------------------------------------------------------------
+MESSAGES = {
+    "kb_question": "How much does the Julian Alps Weekend cost per person?",
+    "document_request": "Send me the full text of the refund policy.",
+    "memory_question": "Do you remember what I told you last time about my diet?",
+    "general": "Hello, who are you?",
+}
+
+
 def permission_gap(settings, embedder) -> IncidentResult:
-    """A router that lets a message through only when the requester's tier has the capability
-    its route needs, and otherwise returns nothing (the seed's gap dropped every message), vs
-    the agent's tiers, where every route either runs or raises a visible authorization error."""
-    from ..agent import ROUTES, TIERS, AuthorizationError, check_route
+    """A message routed to a capability the requester's tier lacks. Before: the seed's router
+    swallowed the refusal and returned nothing, dropping the message. After: the agent's router
+    raises an AuthorizationError the caller sees (and logs it), or runs the route."""
+    import logging
 
-    messages = [(route, tier) for route in ROUTES for tier in TIERS]
+    from ..agent import TIERS, AuthorizationError, Requester, route_request
 
-    def seed_router(route, tier):  # the bug, reproduced: a missing capability returns None
+    def seed_router(message, requester):  # the gap, reproduced: refusal swallowed, message gone
         try:
-            check_route(route, tier)
+            return route_request(message, requester)
         except AuthorizationError:
             return None
-        return "ran"
 
-    dropped_before = sum(seed_router(r, t) is None for r, t in messages)
-    silent_after, visible_after, ran_after = 0, 0, 0
-    for route, tier in messages:
-        try:
-            out = check_route(route, tier)
-            if out is None:
-                silent_after += 1
+    logging.getLogger("adiyan.agent").setLevel(logging.CRITICAL)  # the refusals are expected here
+    try:
+        cases = [(route, msg, tier) for route, msg in MESSAGES.items() for tier in TIERS]
+        dropped_before = sum(seed_router(msg, Requester("u", TIERS[t])) is None for _, msg, t in cases)
+        ran, raised, silent, misrouted = 0, 0, 0, 0
+        for route, msg, tier in cases:
+            try:
+                got = route_request(msg, Requester("u", TIERS[tier]))
+            except AuthorizationError:
+                raised += 1
+                continue
+            if got is None:
+                silent += 1
             else:
-                ran_after += 1
-        except AuthorizationError:
-            visible_after += 1
-    holds = dropped_before > 0 and silent_after == 0 and ran_after + visible_after == len(messages)
-    return IncidentResult(5, "permission gap", "every message of a tier without the capability dropped silently",
-                          f"before: {dropped_before}/{len(messages)} route×tier messages dropped silently; after: "
-                          f"{ran_after} ran, {visible_after} raised AuthorizationError, {silent_after} silent",
-                          "agent tiers", holds, "every message either runs or raises a visible authorization error",
-                          {"messages": len(messages), "dropped_before": dropped_before, "ran_after": ran_after,
-                           "errors_after": visible_after, "silent_after": silent_after})
+                ran += 1
+                misrouted += got != route
+    finally:
+        logging.getLogger("adiyan.agent").setLevel(logging.NOTSET)
+    holds = dropped_before > 0 and silent == 0 and ran + raised == len(cases) and misrouted == 0
+    return IncidentResult(5, "permission gap", "every message needing a missing capability dropped silently",
+                          f"before: {dropped_before}/{len(cases)} route×tier messages dropped silently; after: "
+                          f"{ran} ran, {raised} raised AuthorizationError, {silent} silent",
+                          "agent router + tiers", holds, "every message either runs or raises a visible authorization error",
+                          {"messages": len(cases), "dropped_before": dropped_before, "ran_after": ran,
+                           "errors_after": raised, "silent_after": silent, "misrouted": misrouted})
 
 
 INCIDENTS = [chunk_dilution, unscoped_search, stale_fact, image_only_slide, permission_gap]
