@@ -22,10 +22,15 @@ def cmd_config(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from .eval.runner import run_eval, summary_lines
+    from .eval.runner import RegressionFailed, run_eval, summary_lines
 
     s = _settings(args)
-    run_dir = run_eval(s, progress=not args.quiet)
+    try:
+        run_dir = run_eval(s, progress=not args.quiet)
+    except RegressionFailed as exc:
+        print("\n".join(summary_lines(exc.run_dir)))
+        print(f"adiyan: {exc}", file=sys.stderr)
+        return 3
     print("\n".join(summary_lines(run_dir)))
     return 0
 

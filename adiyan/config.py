@@ -124,11 +124,21 @@ class AgentConfig(_Section):
 
 
 class EvalConfig(_Section):
-    evalset: Path = Path("evalsets/adiyan_basic")
-    judge: str | None = None  # None = no LLM-judged metrics; else an LLM name as in LLMConfig
-    judge_url: str | None = None
-    judge_sample: int | None = None
+    evalset: Path = Path("evalsets/adiyan_full")
     generate: bool = True  # answer every question with the LLM
+    incidents: bool = True  # replay the five incidents as part of the run
+    # The LLM judge: an LLM name as in llm.name (smollm2, ollama:NAME, openai-compatible:URL), or
+    # None for no LLM-judged metrics. The embedded smollm2 is at chance level as a judge; its
+    # calibration says so and its metrics are marked unreliable. Point this at a capable model.
+    judge: str | None = "smollm2"
+    judge_url: str | None = None
+    judge_model: str | None = None
+    judge_timeout_s: float = Field(60.0, gt=0)
+    judge_max_tokens: int = Field(192, ge=16)
+    judge_sample: int | None = Field(2, ge=1)  # LLM-judged metrics on this many questions (None = all)
+    judge_calibration_pairs: int = Field(6, ge=2)  # labelled pairs (half correct, half corrupted)
+    judge_metrics: list[str] = Field(default_factory=list)  # empty = every LLM-judged metric
+    judge_reliable_agreement: float = Field(0.8, ge=0, le=1)
 
 
 class Settings(_Section):
