@@ -36,7 +36,8 @@ def _load(run_dir):
 
 
 def test_eval_writes_reports_and_reruns_identically_from_cache(make_settings):
-    s = make_settings(**{"eval.evalset": str(EVALSET), "eval.generate": False})
+    s = make_settings(**{"eval.evalset": str(EVALSET), "eval.generate": False, "eval.judge": None,
+                         "eval.incidents": False})
     first = run_eval(s, progress=False, run_id="r1")
     for name in ["metrics.json", "questions.jsonl", "config.yaml", "report.html"]:
         assert (first / name).is_file(), name
@@ -56,12 +57,16 @@ def test_eval_writes_reports_and_reruns_identically_from_cache(make_settings):
     assert [r["retrieved"] for r in rows2] == [r["retrieved"] for r in rows1]  # scores bit for bit
     assert m2["cache"]["embeddings"]["misses"] == 0  # queries from cache, documents unchanged
     assert m2["dataset"]["documents_reingested"] == 0
+    # IR metrics over source keys agree with the hand-computed ones at the same depth
+    assert m1["metrics"]["retrieval"]["mrr@10"] >= m1["metrics"]["retrieval"]["mrr@4"]
+    assert m1["metrics"]["privacy"]["private_chunks_leaked"] == 0
+    assert {r["status"] for r in m1["regression"]} <= {"pass", "not_checked"}
     index = (first.parent / "index.html").read_text()
     assert "r1" in index and "r2" in index
 
 
 def test_eval_with_the_embedded_llm(make_settings):
-    s = make_settings(**{"eval.evalset": str(EVALSET)})
+    s = make_settings(**{"eval.evalset": str(EVALSET), "eval.judge": None, "eval.incidents": False})
     run = run_eval(s, progress=False, run_id="gen")
     m, rows = _load(run)
     assert m["models"]["llm"]["id"] == "smollm2-135m-instruct-q4_1"
@@ -73,3 +78,19 @@ def test_eval_with_the_embedded_llm(make_settings):
     again = run_eval(s, progress=False, run_id="gen2")
     m2, _ = _load(again)
     assert m2["metrics"] == m["metrics"] and m2["cache"]["answers"]["misses"] == 0
+
+
+def test_a_regression_below_its_floor_fails_the_run_after_writing_it(make_settings, tmp_path, monkeypatch):
+    import adiyan.eval.regression as reg
+    from adiyan.eval.runner import RegressionFailed
+
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("cases:\n  - id: impossible\n    metric: retrieval.hit_rate@4\n"
+                     "    per_embedder:\n      minilm: {measured: 1.0, floor: 1.01}\n")
+    monkeypatch.setattr(reg, "CASES_FILE", cases)
+    s = make_settings(**{"eval.evalset": str(EVALSET), "eval.generate": False, "eval.judge": None,
+                         "eval.incidents": False})
+    with pytest.raises(RegressionFailed, match="impossible: 1 below floor 1.01") as err:
+        run_eval(s, progress=False, run_id="reg")
+    m = json.loads((err.value.run_dir / "metrics.json").read_text())
+    assert m["regression_failed"] == 1 and (err.value.run_dir / "report.html").is_file()

@@ -31,8 +31,8 @@ class RegressionResult:
         return asdict(self)
 
 
-def load_cases(path: Path = CASES_FILE) -> list[dict]:
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+def load_cases(path: Path | None = None) -> list[dict]:
+    data = yaml.safe_load(Path(path or CASES_FILE).read_text(encoding="utf-8")) or {}
     return list(data.get("cases") or [])
 
 
