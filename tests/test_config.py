@@ -73,7 +73,21 @@ def test_hash_is_stable_and_sensitive():
 
 
 def test_score_floor_per_embedder():
-    s = load_settings(environ={}, overrides={"retrieval.score_floors.minilm": 0.3})
+    s = load_settings(environ={}, overrides={"retrieval.score_floors.minilm": 0.3,
+                                             "retrieval.use_calibrated_floors": False})
     assert s.score_floor("minilm") == 0.3
     assert s.score_floor("nomic-embed-text") == 0.55
     assert s.score_floor("mpnet") == 0.0
+
+
+def test_calibrated_floors_are_used_unless_configured(tmp_path, monkeypatch):
+    import adiyan.retrieval.floor as fl
+
+    f = tmp_path / "floors.yaml"
+    f.write_text("mpnet: {floor: 0.21}\n")
+    monkeypatch.setattr(fl, "FLOORS_FILE", f)
+    s = load_settings(environ={})
+    assert s.score_floor("mpnet") == 0.21  # measured
+    assert s.score_floor("nomic-embed-text") == 0.55  # configured wins
+    assert s.score_floor("unknown") == 0.0
+    assert s.with_overrides({"retrieval.use_calibrated_floors": False}).score_floor("mpnet") == 0.0

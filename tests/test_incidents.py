@@ -7,7 +7,7 @@ from adiyan.eval.incidents import format_table, replay_all
 
 
 def _replay(make_settings, embedder_name):
-    s = make_settings(**{"embedder.name": embedder_name})
+    s = make_settings(**{"embedder.name": embedder_name, "retrieval.use_calibrated_floors": True})
     results = replay_all(s, progress=False)
     print(format_table(results))
     assert [r.number for r in results] == [1, 2, 3, 4, 5]

@@ -30,7 +30,8 @@ CHILD = textwrap.dedent('''
     from adiyan.models import load_embedder
     from adiyan.store import open_store
     data_dir, stage, v1, v2 = sys.argv[1:5]
-    s = load_settings(environ={}, overrides={"paths.data_dir": data_dir, "chunking.size": 300, "chunking.overlap": 50})
+    s = load_settings(environ={}, overrides={"paths.data_dir": data_dir, "chunking.size": 300, "chunking.overlap": 50,
+                                             "retrieval.use_calibrated_floors": False})
     kb = KnowledgeBase(s, open_store(s), load_embedder("minilm"))
     kb.ingest_document(v1, "tour.md", "office", "global")
     def hook(at):
@@ -44,7 +45,7 @@ CHILD = textwrap.dedent('''
 
 def _settings(data_dir):
     return load_settings(environ={}, overrides={"paths.data_dir": str(data_dir), "chunking.size": 300,
-                                                "chunking.overlap": 50})
+                                                "chunking.overlap": 50, "retrieval.use_calibrated_floors": False})
 
 
 def _visible_version(kb) -> str:
@@ -95,9 +96,9 @@ def test_results_identical_across_restarts(tmp_path):
     kb.ingest_text(V1, "tour.md", "office", "global")
     kb.ingest_text("# Other\n\nOffice hours are 9 to 17.", "hours.md", "office", "private")
     kb.finish_ingest()
-    before = [(c.source, c.chunk_index, c.score) for c in kb.retrieve_knowledge_base("price", "office", top_k=8).chunks]
+    before = [(c.source, c.chunk_index, c.score) for c in kb.retrieve_knowledge_base("price", "office", top_k=8, floor=-1).chunks]
     kb.store.close()
     kb2 = KnowledgeBase(s, open_store(s), load_embedder("minilm"))
-    after = [(c.source, c.chunk_index, c.score) for c in kb2.retrieve_knowledge_base("price", "office", top_k=8).chunks]
+    after = [(c.source, c.chunk_index, c.score) for c in kb2.retrieve_knowledge_base("price", "office", top_k=8, floor=-1).chunks]
     kb2.store.close()
     assert after == before and len(before) == 8

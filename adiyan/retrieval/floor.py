@@ -97,13 +97,15 @@ def calibrate_floor(kb, evalset, *, requester: str = "eval-user", rule: str = "r
                             datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
-def load_floors(path: Path = FLOORS_FILE) -> dict[str, dict]:
-    if not Path(path).is_file():
+def load_floors(path: Path | None = None) -> dict[str, dict]:
+    path = Path(path or FLOORS_FILE)
+    if not path.is_file():
         return {}
-    return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
 
 
-def save_floor(cal: FloorCalibration, path: Path = FLOORS_FILE) -> None:
+def save_floor(cal: FloorCalibration, path: Path | None = None) -> None:
+    path = Path(path or FLOORS_FILE)
     floors = load_floors(path)
     floors[cal.embedder_id] = asdict(cal)
     Path(path).write_text("# Score floors per embedder, written by `adiyan calibrate-floor --write`.\n"

@@ -1,5 +1,9 @@
 """Qdrant's embedded engine (qdrant-edge-py): the default store, persistent in the data directory.
 
+Durability: updates go through the shard's write-ahead log (enabled by default), so an update
+that returned survives a crash; segments are flushed on ``optimize()`` and ``close()`` rather
+than after every update, which would cost an fsync per document.
+
 One EdgeShard per collection under ``<data_dir>/qdrant/<name>/``; the collection's metadata
 (embedder id, dimension, normalisation) sits beside it in ``<name>.meta.json`` because a shard
 has no metadata of its own. Payload indexes are created when the collection is, i.e. before
@@ -133,21 +137,18 @@ class EdgeStore:
         with self._lock:
             shard = self._shard(name)
             shard.update(qe.UpdateOperation.upsert_points(pts))
-            shard.flush()
 
     def delete(self, name: str, flt: Filter) -> None:
         qe = _edge()
         with self._lock:
             shard = self._shard(name)
             shard.update(qe.UpdateOperation.delete_points_by_filter(_to_edge_filter(flt)))
-            shard.flush()
 
     def set_payload(self, name: str, payload: dict, flt: Filter) -> None:
         qe = _edge()
         with self._lock:
             shard = self._shard(name)
             shard.update(qe.UpdateOperation.set_payload_by_filter(_to_edge_filter(flt), payload))
-            shard.flush()
 
     def search(self, name: str, vector: np.ndarray, limit: int, *, flt: Filter | None = None,
                ef: int | None = None, exact: bool = False, score_threshold: float | None = None) -> list[Hit]:
