@@ -65,6 +65,30 @@ def replay(c, embedder=None, config=None, set_=None):
     _cli(c, "replay", config, sets)
 
 
+@task(iterable=["set_", "only"], help={"name": "sweep name (sweeps/NAME.yaml); none lists them",
+                                       "jobs": "points at once", "force": "re-run finished points",
+                                       "set_": "override for every point: key=value (repeatable)",
+                                       "only": "run only this point id (repeatable)",
+                                       "engine": "kernel engine (see python -m adiyan.sweep --help)"})
+def sweep(c, name=None, jobs=None, force=False, set_=None, only=None, engine=None):
+    """Run a parameter sweep: one executed notebook per grid point, reports/sweeps/NAME/index.html."""
+    args = [name] if name else ["--list"]
+    if jobs:
+        args.append(f"--jobs {jobs}")
+    if engine:
+        args.append(f"--engine {engine}")
+    if force:
+        args.append("--force")
+    args += [f"--only '{o}'" for o in only or []] + [f"--set '{x}'" for x in set_ or []]
+    c.run(f"{PY} -m adiyan.sweep {' '.join(args)}", env=OFFLINE_ENV, pty=False)
+
+
+@task(help={"suite": "scifact | ingest | latency | cache | memory | sweep_cost | all"})
+def bench(c, suite="all"):
+    """Benchmarks: JSON in reports/benchmarks/, each with its reference measured in the same run."""
+    c.run(f"{PY} {ROOT / 'benchmarks' / 'run_all.py'} --suite {suite}", env=OFFLINE_ENV, pty=False)
+
+
 @task(iterable=["set_"])
 def config(c, config=None, set_=None):
     """Print the resolved configuration and its hash."""
