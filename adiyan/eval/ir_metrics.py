@@ -152,8 +152,11 @@ def compare_runs(qrels: Qrels, runs: Mapping[str, Run], metrics: Iterable[str] =
     """Mean scores per run and paired tests of every run against ``baseline`` (default: the first).
 
     ``stat_test`` is ``"fisher"`` (Fisher's randomization test, two-sided, ``n_permutations``
-    permutations drawn with ``seed``) or ``"student"`` (two-sided paired t-test). With ranx the
-    tests are ranx's own (``ranx.compare``); otherwise the same tests are computed here.
+    permutations drawn with ``seed``) or ``"student"`` (two-sided paired t-test, ranx's
+    ``compare`` when ranx is installed). The randomization test is computed here even with
+    ranx: ranx draws its permutations in parallel numba threads whose random streams the seed
+    does not govern (two identical calls gave p = 0.51 and 0.4875), and a report must not
+    change between runs. Per-query scores, the test's input, come from ranx either way.
     Returns ``{"baseline", "stat_test", "seed", "scores": {run: {metric: mean}},
     "vs_baseline": {run: {metric: {"delta", "p_value", "significant", "win", "tie", "loss"}}}}``.
     """
@@ -169,14 +172,11 @@ def compare_runs(qrels: Qrels, runs: Mapping[str, Run], metrics: Iterable[str] =
     per = {n: {m: per_query(qrels, runs[n], m) for m in metrics} for n in names}
     scores = {n: {m: float(np.mean(list(per[n][m].values()))) for m in metrics} for n in names}
     p_values: dict[str, dict[str, float]] = {}
-    if _ranx is not None and len(names) > 1:
+    if stat_test == "student" and _ranx is not None and len(names) > 1:
         q = _ranx.Qrels(_judged(qrels))
-        ranx_runs = []
-        for n in names:
-            _, r = _ranx_objects(qrels, runs[n], name=n)
-            ranx_runs.append(r)
-        report = _ranx.compare(q, ranx_runs, metrics, stat_test=stat_test, n_permutations=n_permutations,
-                               max_p=max_p, random_seed=seed, rounding_digits=6).to_dict()
+        ranx_runs = [_ranx_objects(qrels, runs[n], name=n)[1] for n in names]
+        report = _ranx.compare(q, ranx_runs, metrics, stat_test="student", max_p=max_p,
+                               rounding_digits=6).to_dict()
         p_values = {n: {m: float(report[baseline]["comparisons"][n][m]) for m in metrics}
                     for n in names if n != baseline}
     else:
@@ -198,6 +198,8 @@ def compare_runs(qrels: Qrels, runs: Mapping[str, Run], metrics: Iterable[str] =
             a = np.array([per[baseline][m][q] for q in per[baseline][m]])
             b = np.array([per[n][m][q] for q in per[baseline][m]])
             p = p_values[n][m]
+            if not math.isfinite(p):  # a t-test on identical score vectors: no difference at all
+                p = 1.0 if np.array_equal(a, b) else float("nan")
             vs[n][m] = {"delta": float(b.mean() - a.mean()), "p_value": p, "significant": bool(p < max_p),
                         "win": int((b > a).sum()), "tie": int((b == a).sum()), "loss": int((b < a).sum())}
     return {"baseline": baseline, "stat_test": stat_test, "n_permutations": n_permutations, "seed": seed,
@@ -205,15 +207,24 @@ def compare_runs(qrels: Qrels, runs: Mapping[str, Run], metrics: Iterable[str] =
             "vs_baseline": vs}
 
 
-# -- the two paired tests, for the NumPy fallback ------------------------------------------------
+# -- the paired tests computed here -------------------------------------------------------------
 def fisher_randomization_p(a: np.ndarray, b: np.ndarray, n_permutations: int = 10_000, seed: int = 42) -> float:
-    """Two-sided paired randomization test: randomly swap each query's pair, count |mean diff| >= observed."""
+    """Two-sided paired randomization test (Fisher; Smucker, Allan & Carterette, CIKM 2007).
+
+    Under the null the two systems are exchangeable per query, so each query's difference
+    keeps or flips its sign with probability 1/2; p = (1 + #{|mean permuted diff| >= |observed|})
+    / (1 + n_permutations). One seeded generator, drawn in fixed-size blocks: same seed, same p.
+    """
     a, b = np.asarray(a, float), np.asarray(b, float)
     diff = b - a
     observed = abs(diff.mean())
     rng = np.random.default_rng(seed)
-    signs = rng.choice(np.array([-1.0, 1.0]), size=(n_permutations, diff.size))
-    extreme = (np.abs((signs * diff).mean(axis=1)) >= observed - 1e-12).sum()
+    extreme, done = 0, 0
+    while done < n_permutations:
+        n = min(1000, n_permutations - done)
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(n, diff.size))
+        extreme += int((np.abs((signs * diff).mean(axis=1)) >= observed - 1e-12).sum())
+        done += n
     return float((extreme + 1) / (n_permutations + 1))
 
 
