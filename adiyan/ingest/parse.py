@@ -89,11 +89,26 @@ def parse_document(data: bytes, filename: str, *, max_bytes: int = 50_000_000,
         text = _ocr_image_file(data, filename, report, ocr)
 
     if not text.strip():
-        details = "; ".join(w.message for w in report.warnings)
-        raise ParseError(filename, "no_text", "no text could be extracted" + (f" ({details})" if details else ""))
+        err = ParseError(filename, "no_text", "no text could be extracted" + _summarise(report.warnings))
+        err.report = report  # every warning stays reachable; the message stays readable
+        raise err
     report.total_chars = len(text)
     report.seconds = time.perf_counter() - started
     return ParsedDocument(text, report)
+
+
+def _summarise(warnings, show: int = 3) -> str:
+    """`` (w1; w2; w3; and 1,997 more: empty_slide ×2000)``: the first few warnings in full, then counts."""
+    if not warnings:
+        return ""
+    shown = "; ".join(w.message for w in warnings[:show])
+    if len(warnings) <= show:
+        return f" ({shown})"
+    counts: dict[str, int] = {}
+    for w in warnings:
+        counts[w.code] = counts.get(w.code, 0) + 1
+    by_code = ", ".join(f"{code} ×{n:,}" for code, n in counts.items())
+    return f" ({shown}; and {len(warnings) - show:,} more; in all {by_code})"
 
 
 def _check_name(filename: str) -> None:

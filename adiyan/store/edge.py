@@ -86,7 +86,7 @@ class EdgeStore:
             config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine),
                                    sparse_vectors={SPARSE_NAME: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
                                    hnsw_config=hnsw)
-            shard = qe.EdgeShard.create(str(self.root / name), config)
+            shard = self._open_shard(lambda: qe.EdgeShard.create(str(self.root / name), config), name)
             for field in INDEXED_FIELDS:
                 shard.update(qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword))
             shard.flush()
@@ -105,9 +105,21 @@ class EdgeStore:
             if shard is None:
                 if self.collection_meta(name) is None:
                     raise StoreError(f"collection {name!r} does not exist in {self.root}")
-                shard = _edge().EdgeShard.load(str(self.root / name))
+                shard = self._open_shard(lambda: _edge().EdgeShard.load(str(self.root / name)), name)
                 self._shards[name] = shard
             return shard
+
+    def _open_shard(self, opener, name: str):
+        """Qdrant's engine locks a shard's WAL; a second process gets a bare WouldBlock. Say so."""
+        try:
+            return opener()
+        except Exception as exc:  # noqa: BLE001 - re-raised, named
+            if "WouldBlock" in str(exc) or "Resource temporarily unavailable" in str(exc):
+                raise StoreError(
+                    f"{self.root}: collection {name!r} is in use by another process (the embedded engine "
+                    f"allows one process per data directory; stop it, or point this one at a Qdrant "
+                    f"server with store.engine=server / store.url)") from exc
+            raise
 
     def drop_collection(self, name: str) -> None:
         import shutil
