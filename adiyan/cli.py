@@ -56,7 +56,7 @@ def cmd_ingest(args) -> int:
 
     from tqdm import tqdm
 
-    from .kb import IngestError
+    from .kb import IngestError, IngestItem
 
     kb = _kb(args)
     paths = []
@@ -64,20 +64,21 @@ def cmd_ingest(args) -> int:
         p = Path(p)
         paths.extend(sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p])
     ok, failed = 0, []
-    bar = tqdm(paths, desc="ingest", unit="file", disable=args.quiet)
-    for path in bar:
-        bar.set_postfix_str(path.name[:30])
-        try:
-            res = kb.ingest_document(path, path.name, args.owner, args.visibility)
-        except IngestError as exc:
-            failed.append((path, str(exc)))
-            tqdm.write(f"FAILED {path}: {exc}")
-            continue
+
+    def report(item: IngestItem, res) -> None:  # as each document finishes; the batch goes on
+        nonlocal ok
+        if isinstance(res, IngestError):
+            failed.append((item.data, str(res)))
+            tqdm.write(f"FAILED {item.data}: {res}")
+            return
         ok += 1
         warnings = res.report.get("warnings") or []
         state = "stored" if res.changed else "unchanged"
         tqdm.write(f"{state:9} {res.source}  chunks={res.n_chunks}  chars={res.report.get('total_chars')}"
                    + "".join(f"\n          WARNING {w.get('code')}: {w.get('message')}" for w in warnings))
+
+    kb.ingest_many([IngestItem(path, path.name, args.owner, args.visibility) for path in paths],
+                   progress=not args.quiet, on_result=report)
     kb.finish_ingest()
     kb.store.close()
     print(f"ingested {ok} file(s), {len(failed)} failed")

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -130,6 +131,35 @@ class IngestResult:
     report: dict = field(default_factory=dict)
 
 
+@dataclass
+class IngestItem:
+    """One document of a batch: bytes (with a filename) or a path."""
+
+    data: bytes | str | os.PathLike
+    filename: str | None = None
+    owner: str = ""
+    visibility: str = "private"
+    ingested_at: str | None = None
+
+
+@dataclass
+class _Prepared:
+    key: str
+    filename: str
+    owner: str
+    visibility: str
+    data: bytes
+    data_sha: str
+    text: str
+    report: dict
+    doc_version: str
+    ingested_at: str | None
+    chunks: list
+    t0: float
+    committed: object = None
+    now: str = ""
+
+
 class KnowledgeBase:
     def __init__(self, settings, store, embedder, raw: RawStore | None = None):
         self.settings = settings
@@ -141,6 +171,8 @@ class KnowledgeBase:
         self.pending_dir.mkdir(parents=True, exist_ok=True)
         # Fault injection for tests: called with a stage name at each step of the write path.
         self.fault_hook: Callable[[str], None] | None = None
+        self._source_locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
         self.lexical = LexicalEncoder()
         self.store.ensure_collection(self.collection, dim=embedder.dim, embedder_id=embedder.id,
                                      normalized=embedder.normalized)
@@ -160,6 +192,77 @@ class KnowledgeBase:
                         owner_identity: str = "", visibility: str = "private", *,
                         ingested_at: str | None = None) -> IngestResult:
         """Parse, chunk, embed and store a document, replacing its previous version safely."""
+        prepared = self._parse_and_prepare(data, filename, owner_identity, visibility, ingested_at)
+        if isinstance(prepared, IngestResult):
+            return prepared
+        return self._write([prepared])[0]
+
+    def ingest_text(self, text: str, filename: str, owner_identity: str, visibility: str = "private", *,
+                    ingested_at: str | None = None, authored_markdown: bool | None = None) -> IngestResult:
+        """Ingest text that needs no parsing (the bytes stored are its UTF-8 encoding)."""
+        key = source_key(owner_identity, filename)
+        self._check_visibility(filename, visibility)
+        if authored_markdown is None:
+            authored_markdown = filename.lower().endswith((".md", ".markdown"))
+        report = {"format": "text", "units": [{"unit": 1, "chars": len(text), "tier": "text"}],
+                  "warnings": [], "total_chars": len(text), "authored_markdown": authored_markdown}
+        return self._ingest(key, filename, owner_identity, visibility, text.encode("utf-8"), text, report,
+                            authored_markdown=authored_markdown, ingested_at=ingested_at)
+
+    def ingest_many(self, items, *, progress: bool = False, batch_chunks: int = 256,
+                    on_result: Callable[[IngestItem, IngestResult | IngestError], None] | None = None,
+                    ) -> list[IngestResult | IngestError]:
+        """Ingest a batch of documents with each document's guarantees, at batch cost.
+
+        ``items`` are :class:`IngestItem` (or ``(data_or_path, filename, owner, visibility)``
+        tuples). Each document is parsed and chunked on its own; a bad one gets its
+        :class:`IngestError` in the returned list (same order as ``items``) and the rest go on.
+        The chunks of up to ``batch_chunks`` are then embedded in one call, stored in one engine
+        update and committed in one raw-store transaction, so per-document overheads (model
+        call setup, fsyncs, transactions) are paid per batch. If a batch fails to store, its
+        documents are retried one by one, so one failure costs only its own document; every
+        previous version stays searchable until its replacement is committed.
+        """
+        from tqdm.auto import tqdm
+
+        items = [it if isinstance(it, IngestItem) else IngestItem(*it) for it in items]
+        out: list[IngestResult | IngestError | None] = [None] * len(items)
+        group: list[tuple[int, _Prepared]] = []
+
+        def done(i: int, res) -> None:
+            out[i] = res
+            if on_result is not None:
+                on_result(items[i], res)
+
+        def flush() -> None:
+            if not group:
+                return
+            for (i, _), res in zip(group, self._write_isolating([p for _, p in group])):
+                done(i, res)
+            group.clear()
+
+        bar = tqdm(items, desc="ingest", unit="doc", disable=not progress)
+        for i, it in enumerate(bar):
+            shown = it.filename or ("" if isinstance(it.data, (bytes, bytearray)) else Path(it.data).name)
+            bar.set_postfix_str(str(shown)[:30])
+            try:
+                prepared = self._parse_and_prepare(it.data, it.filename, it.owner, it.visibility, it.ingested_at)
+            except IngestError as exc:
+                done(i, exc)
+                continue
+            if isinstance(prepared, IngestResult):
+                done(i, prepared)
+                continue
+            if any(p.key == prepared.key for _, p in group):
+                flush()  # a second version of one source in the batch: the first one commits first
+            group.append((i, prepared))
+            if sum(len(p.chunks) for _, p in group) >= batch_chunks:
+                flush()
+        flush()
+        bar.close()
+        return out  # type: ignore[return-value]
+
+    def _parse_and_prepare(self, data, filename, owner_identity, visibility, ingested_at):
         from .ingest.parse import ParseError, parse_document
 
         if not isinstance(data, (bytes, bytearray)):
@@ -178,6 +281,9 @@ class KnowledgeBase:
             raise IngestError("ingest_document(bytes) needs a filename")
         key = source_key(owner_identity, filename)
         self._check_visibility(filename, visibility)
+        unchanged = self._unchanged(key, bytes(data), owner_identity, visibility)
+        if unchanged is not None:  # same bytes, settings and model: nothing to parse or embed
+            return unchanged
         try:
             parsed = parse_document(bytes(data), filename, max_bytes=self.settings.ingest.max_bytes,
                                     ocr=self.settings.ingest.ocr)
@@ -185,88 +291,169 @@ class KnowledgeBase:
             raise IngestError(str(exc)) from exc
         self._fault("after_parse")
         report = parsed.report.to_dict()
-        return self._ingest(key, filename, owner_identity, visibility, bytes(data), parsed.text, report,
-                            authored_markdown=bool(report.get("authored_markdown")), ingested_at=ingested_at)
-
-    def ingest_text(self, text: str, filename: str, owner_identity: str, visibility: str = "private", *,
-                    ingested_at: str | None = None, authored_markdown: bool | None = None) -> IngestResult:
-        """Ingest text that needs no parsing (the bytes stored are its UTF-8 encoding)."""
-        key = source_key(owner_identity, filename)
-        self._check_visibility(filename, visibility)
-        if authored_markdown is None:
-            authored_markdown = filename.lower().endswith((".md", ".markdown"))
-        report = {"format": "text", "units": [{"unit": 1, "chars": len(text), "tier": "text"}],
-                  "warnings": [], "total_chars": len(text), "authored_markdown": authored_markdown}
-        return self._ingest(key, filename, owner_identity, visibility, text.encode("utf-8"), text, report,
-                            authored_markdown=authored_markdown, ingested_at=ingested_at)
+        return self._prepare(key, filename, owner_identity, visibility, bytes(data), parsed.text, report,
+                             authored_markdown=bool(report.get("authored_markdown")), ingested_at=ingested_at)
 
     @staticmethod
     def _check_visibility(filename: str, visibility: str) -> None:
         if visibility not in VISIBILITIES:
             raise IngestError(f"{filename!r}: visibility must be one of {VISIBILITIES}, got {visibility!r}")
 
+    def _doc_version(self, data_sha: str, owner: str, visibility: str, authored_markdown: bool) -> str:
+        """What a stored version depends on: the bytes, the OCR engine, the chunking, the model, who may read it."""
+        src = "\x00".join([data_sha, self.settings.chunking.model_dump_json(), self.embedder.id, visibility,
+                           owner, str(authored_markdown), self.settings.ingest.ocr])
+        return hashlib.sha256(src.encode("utf-8")).hexdigest()[:16]
+
+    def _unchanged(self, key: str, data: bytes, owner: str, visibility: str) -> IngestResult | None:
+        """The committed version when re-ingesting ``data`` would store exactly it again, else None."""
+        t0 = time.perf_counter()
+        committed = self.raw.get(key, is_owner=True)
+        if committed is None or committed.sha256 != hashlib.sha256(data).hexdigest():
+            return None
+        version = self._doc_version(committed.sha256, owner, visibility,
+                                    bool(committed.report.get("authored_markdown")))
+        if version != committed.doc_version:
+            return None
+        stored = self.store.count(self.collection, Filter(must=(Cond("source_filename", key),)))
+        if stored != committed.n_chunks:
+            return None  # chunks missing: ingest again
+        return IngestResult(key, version, stored, False, time.perf_counter() - t0, {}, committed.report)
+
+    def _source_lock(self, key: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._source_locks.setdefault(key, threading.Lock())
+
     def _ingest(self, key, filename, owner, visibility, data: bytes, text: str, report: dict, *,
                 authored_markdown: bool, ingested_at: str | None) -> IngestResult:
+        """Store already-extracted text as the new version of ``key`` (used by ingest_text and sweeps)."""
+        prepared = self._prepare(key, filename, owner, visibility, data, text, report,
+                                 authored_markdown=authored_markdown, ingested_at=ingested_at)
+        if isinstance(prepared, IngestResult):
+            return prepared
+        return self._write([prepared])[0]
+
+    def _prepare(self, key, filename, owner, visibility, data: bytes, text: str, report: dict, *,
+                 authored_markdown: bool, ingested_at: str | None) -> _Prepared | IngestResult:
+        """Version and chunks of one document (no store access but the unchanged check)."""
         t0 = time.perf_counter()
         if not text or not text.strip():
             raise IngestError(f"{filename!r}: no text to ingest (empty document)")
         self._check_model()
-        cc = self.settings.chunking
         data_sha = hashlib.sha256(data).hexdigest()
-        version_src = "\x00".join([data_sha, cc.model_dump_json(), self.embedder.id, visibility, owner,
-                                   str(authored_markdown)])
-        doc_version = hashlib.sha256(version_src.encode("utf-8")).hexdigest()[:16]
-        mine = Filter(must=(Cond("source_filename", key),))
+        doc_version = self._doc_version(data_sha, owner, visibility, authored_markdown)
         committed = self.raw.get(key, is_owner=True)
         if committed is not None and committed.doc_version == doc_version:
-            stored = self.store.count(self.collection, mine)
+            stored = self.store.count(self.collection, Filter(must=(Cond("source_filename", key),)))
             if stored == committed.n_chunks:
                 return IngestResult(key, doc_version, stored, False, time.perf_counter() - t0, {}, committed.report)
         try:
-            chunks = chunk_text(text, cc, embedder=self.embedder, authored_markdown=authored_markdown)
-            if not chunks:
-                raise IngestError(f"{filename!r}: chunking produced no chunks")
-            vectors = self.embedder.embed([c.text for c in chunks], "document")
-            self._fault("after_embed")
-        except IngestError:
-            raise
-        except Exception as exc:  # nothing is stored yet: the previous version is untouched
+            chunks = chunk_text(text, self.settings.chunking, embedder=self.embedder,
+                                authored_markdown=authored_markdown)
+        except Exception as exc:  # noqa: BLE001 - nothing is stored yet: the previous version is untouched
             raise IngestError(f"{filename!r}: ingest failed, previous version kept: "
                               f"{type(exc).__name__}: {exc}") from exc
-        report = {**report, "chunking": {"strategy": chunks[0].strategy or cc.strategy,
-                                         "note": chunks[0].note, **chunk_stats(chunks)}}
-        now = ingested_at or datetime.now(timezone.utc).isoformat(timespec="seconds")
-        points = [
-            Point(str(uuid.uuid5(_POINT_NS, f"{key}\x00{doc_version}\x00{c.index}")), vectors[i], {
-                "source_filename": key, "chunk_index": c.index, "ingested_at": now,
-                "owner_identity": owner, "visibility": visibility, "doc_version": doc_version,
-                "text": c.text,
-            }, sparse=self.lexical.document(c.text)) for i, c in enumerate(chunks)
-        ]
-        marker = self._mark_pending(key, doc_version)
-        new_version = mine.and_(Filter(must=(Cond("doc_version", doc_version),)))
+        if not chunks:
+            raise IngestError(f"{filename!r}: chunking produced no chunks")
+        return _Prepared(key, filename, owner, visibility, data, data_sha, text, report, doc_version,
+                         ingested_at, chunks, t0)
+
+    def _write_isolating(self, group: list[_Prepared]) -> list[IngestResult | IngestError]:
+        """Write a batch; if it fails as a whole, write its documents one by one."""
         try:
-            self.store.upsert(self.collection, points)
+            return self._write(group)
+        except IngestError as exc:
+            if len(group) == 1:
+                return [exc]
+        results: list[IngestResult | IngestError] = []
+        for p in group:
+            try:
+                results.append(self._write([p])[0])
+            except IngestError as exc:
+                results.append(exc)
+        return results
+
+    def _write(self, group: list[_Prepared]) -> list[IngestResult]:
+        """Embed, store and commit new versions; previous versions are deleted only after the commit.
+
+        All or nothing for the group: on any failure before the commit every new version is
+        removed again and every previous version stays the committed, searchable one (a crash
+        leaves pending markers that repair() resolves the same way).
+        """
+        names = ", ".join(repr(p.filename) for p in group[:3]) + (f" and {len(group) - 3} more" if len(group) > 3 else "")
+        try:
+            vectors = self.embedder.embed([c.text for p in group for c in p.chunks], "document")
+            self._fault("after_embed")
+        except Exception as exc:  # nothing is stored yet: the previous versions are untouched
+            raise IngestError(f"{names}: ingest failed, previous version kept: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        locks = [self._source_lock(k) for k in sorted({p.key for p in group})]  # one global order: no deadlock
+        for lock in locks:
+            lock.acquire()
+        try:
+            return self._write_locked(group, vectors, names)
+        finally:
+            for lock in reversed(locks):
+                lock.release()
+
+    def _write_locked(self, group: list[_Prepared], vectors, names: str) -> list[IngestResult]:
+        now_default = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        todo, results, points, offset = [], {}, [], 0
+        for p in group:
+            vecs = vectors[offset: offset + len(p.chunks)]
+            offset += len(p.chunks)
+            mine = Filter(must=(Cond("source_filename", p.key),))
+            committed = self.raw.get(p.key, is_owner=True)  # re-read under the lock
+            if committed is not None and committed.doc_version == p.doc_version \
+                    and self.store.count(self.collection, mine) == committed.n_chunks:
+                results[id(p)] = IngestResult(p.key, p.doc_version, committed.n_chunks, False,
+                                              time.perf_counter() - p.t0, {}, committed.report)
+                continue
+            p.committed = committed
+            p.report = {**p.report, "chunking": {"strategy": p.chunks[0].strategy or self.settings.chunking.strategy,
+                                                 "note": p.chunks[0].note, **chunk_stats(p.chunks)}}
+            p.now = p.ingested_at or now_default
+            points += [
+                Point(str(uuid.uuid5(_POINT_NS, f"{p.key}\x00{p.doc_version}\x00{c.index}")), vecs[i], {
+                    "source_filename": p.key, "chunk_index": c.index, "ingested_at": p.now,
+                    "owner_identity": p.owner, "visibility": p.visibility, "doc_version": p.doc_version,
+                    "text": c.text,
+                }, sparse=self.lexical.document(c.text)) for i, c in enumerate(p.chunks)
+            ]
+            todo.append(p)
+        markers = [self._mark_pending(p.key, p.doc_version) for p in todo]
+        try:
+            if points:
+                self.store.upsert(self.collection, points)
             self._fault("after_upsert")
-            self.raw.put_blob(data)
-            text_sha = self.raw.put_blob(text.encode("utf-8"), ".md")
-            self.raw.commit(DocumentRecord(key, filename, owner, visibility, data_sha, len(data), now,
-                                           doc_version, len(chunks), text_sha, report))
+            records = []
+            for p in todo:
+                self.raw.put_blob(p.data)
+                text_sha = self.raw.put_blob(p.text.encode("utf-8"), ".md")
+                records.append(DocumentRecord(p.key, p.filename, p.owner, p.visibility, p.data_sha, len(p.data),
+                                              p.now, p.doc_version, len(p.chunks), text_sha, p.report))
+            self.raw.commit_many(records)  # one transaction: the whole group is committed or none of it
         except BaseException as exc:
-            # Roll back: the previous version (if any) stays the committed, searchable one. If
-            # the rollback itself fails, the pending marker remains and repair() finishes it.
-            if committed is None or committed.doc_version != doc_version:
-                self.store.delete(self.collection, new_version)
-            marker.unlink(missing_ok=True)
+            # Roll back: the previous versions stay the committed, searchable ones. If the
+            # rollback itself fails, the pending markers remain and repair() finishes it.
+            for p, marker in zip(todo, markers):
+                if p.committed is None or p.committed.doc_version != p.doc_version:
+                    self.store.delete(self.collection, Filter(must=(Cond("source_filename", p.key),
+                                                                    Cond("doc_version", p.doc_version))))
+                marker.unlink(missing_ok=True)
             if isinstance(exc, Exception) and not isinstance(exc, IngestError):
-                raise IngestError(f"{filename!r}: ingest failed, previous version kept: "
+                raise IngestError(f"{names}: ingest failed, previous version kept: "
                                   f"{type(exc).__name__}: {exc}") from exc
             raise
         self._fault("after_commit")
-        self.store.delete(self.collection, mine.and_(Filter(must_not=(Cond("doc_version", doc_version),))))
-        marker.unlink(missing_ok=True)
-        return IngestResult(key, doc_version, len(chunks), True, time.perf_counter() - t0,
-                            chunk_stats(chunks), report)
+        for p, marker in zip(todo, markers):
+            if p.committed is not None:  # a new document has no older chunks (a crashed write left a marker)
+                self.store.delete(self.collection, Filter(must=(Cond("source_filename", p.key),),
+                                                          must_not=(Cond("doc_version", p.doc_version),)))
+            marker.unlink(missing_ok=True)
+            results[id(p)] = IngestResult(p.key, p.doc_version, len(p.chunks), True, time.perf_counter() - p.t0,
+                                          chunk_stats(p.chunks), p.report)
+        return [results[id(p)] for p in group]
 
     def _mark_pending(self, key: str, doc_version: str) -> Path:
         name = hashlib.sha256(key.encode()).hexdigest()[:24] + ".json"

@@ -51,8 +51,7 @@ def reingest(n_docs: int, embedder_name: str) -> dict:
             emb = CachedEmbedder(raw, EmbeddingCache(f"{tmp}/emb.sqlite"))  # empty on the cold pass
             kb = KnowledgeBase(s, open_store(s), emb)
             t0 = time.perf_counter()
-            for name, data in docs:
-                kb.ingest_document(data, name, "bench", "global")
+            kb.ingest_many([(data, name, "bench", "global") for name, data in docs])
             kb.finish_ingest()
             seconds = time.perf_counter() - t0
             out[label] = {"seconds": round(seconds, 3), "chunks": kb.count_chunks(), "cache": emb.stats.as_dict()}

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from .. import __version__
 from ..cache import CallCache
 from ..generation import answer_question
-from ..kb import KnowledgeBase
+from ..kb import IngestError, IngestItem, KnowledgeBase
 from ..models import embedder_from_settings, llm_from_settings
 from ..store import open_store
 from . import metrics as M
@@ -66,9 +66,11 @@ def open_eval_kb(settings, es, *, progress: bool = True, embedder=None):
     kb_settings = settings.with_overrides({
         "paths.data_dir": str(Path(settings.paths.data_dir) / "eval" / f"{_slug(es.name)}-{ds_hash[:8]}" / _slug(embedder.id))})
     kb = KnowledgeBase(kb_settings, open_store(kb_settings), embedder)
-    ingested = []
-    for doc in tqdm(es.documents, desc="ingest", unit="doc", disable=not progress):
-        ingested.append(kb.ingest_document(doc.path, doc.filename, doc.owner, doc.visibility))
+    ingested = kb.ingest_many([IngestItem(doc.path, doc.filename, doc.owner, doc.visibility) for doc in es.documents],
+                              progress=progress)
+    failed = [r for r in ingested if isinstance(r, IngestError)]
+    if failed:  # an evalset document that does not ingest makes every number meaningless
+        raise failed[0]
     kb.finish_ingest()
     return kb, ingested
 
@@ -177,11 +179,12 @@ def _ragas_llm(settings, es, rows, embedder, progress, doc_texts) -> dict | None
     answerable = [r for r in rows if r["hit"] is not None and r["retrieved"]]
     # contexts from the gold documents, so a "correct" pair is really supported
     pairs = evalset_calibration_pairs(es, seed=settings.seed, doc_texts=doc_texts)[: 2 * (settings.eval.judge_calibration_pairs // 2)]
-    cal = calibrate(judge, pairs, reliable_threshold=settings.eval.judge_reliable_agreement)
+    cal = calibrate(judge, pairs, reliable_threshold=settings.eval.judge_reliable_agreement, progress=progress)
     ragas_rows = [{"id": r["id"], "question": r["question"], "answer": r["answer"], "retrieved": r["retrieved"],
                    "gold_answer": r["gold_answer"], "gold_sources": r["gold_sources"]} for r in answerable]
     per_row, summary = score_llm(ragas_rows, judge, embedder, settings.eval.judge_metrics or None,
-                                 sample=settings.eval.judge_sample, seed=settings.seed, calibration=cal)
+                                 sample=settings.eval.judge_sample, seed=settings.seed, calibration=cal,
+                                 progress=progress)
     return {"calibration": cal.as_dict(), "summary": summary, "per_row": per_row,
             "judge_stats": judge.stats.as_dict() if hasattr(judge.stats, "as_dict") else vars(judge.stats),
             "failures": [f._asdict() for f in judge.failures]}

@@ -15,6 +15,7 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -101,12 +102,18 @@ class RawStore:
         return self._blob(sha, kind).read_bytes()
 
     def commit(self, rec: DocumentRecord) -> None:
+        self.commit_many([rec])
+
+    def commit_many(self, records: Sequence[DocumentRecord]) -> None:
+        """Commit index rows in one transaction: all of them or none."""
+        if not records:
+            return
         conn = self._conn()
         with conn:
-            conn.execute(f"INSERT OR REPLACE INTO documents ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                         (rec.source_key, rec.filename, rec.owner_identity, rec.visibility, rec.sha256,
-                          rec.size, rec.ingested_at, rec.doc_version, rec.n_chunks, rec.text_sha256,
-                          json.dumps(rec.report)))
+            conn.executemany(f"INSERT OR REPLACE INTO documents ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                             [(rec.source_key, rec.filename, rec.owner_identity, rec.visibility, rec.sha256,
+                               rec.size, rec.ingested_at, rec.doc_version, rec.n_chunks, rec.text_sha256,
+                               json.dumps(rec.report)) for rec in records])
 
     def get(self, source_key: str, *, requester_id: str | None = None, is_owner: bool = False) -> DocumentRecord | None:
         """The record, or None when it does not exist *or* the requester may not see it."""
