@@ -491,7 +491,8 @@ def calibration_prompt(pair: CalibrationPair) -> str:
 
 
 def calibrate(judge: Judge, pairs: Sequence[CalibrationPair], *,
-              reliable_threshold: float = DEFAULT_RELIABLE_THRESHOLD, metric: str = "calibration") -> Calibration:
+              reliable_threshold: float = DEFAULT_RELIABLE_THRESHOLD, metric: str = "calibration",
+              progress: bool = False) -> Calibration:
     """Score the judge on labelled pairs: agreement = fraction of pairs whose verdict matches
     the label (``supported`` for ``correct``, not supported for ``corrupted``); failed
     judgements count as disagreements and are listed."""
@@ -500,7 +501,9 @@ def calibrate(judge: Judge, pairs: Sequence[CalibrationPair], *,
     failures: list[JudgeFailure] = []
     verdicts = []
     agree_total = 0
-    for pair in pairs:
+    from tqdm.auto import tqdm
+
+    for pair in tqdm(pairs, desc="judge calibration", unit="pair", disable=not progress, leave=False):
         if pair.label not in per_label:
             raise ValueError(f"pair {pair.id}: label must be correct|corrupted, got {pair.label!r}")
         res = judge.ask(calibration_prompt(pair), SupportVerdict, metric=metric, sample_id=pair.id)

@@ -336,7 +336,7 @@ def sample_indices(n: int, sample: int | None, seed: int = 0) -> list[int]:
 def score_llm(rows: Sequence[Mapping | EvalRow], judge: Judge, embedder=None, metrics: Iterable[str] | None = None,
               sample: int | None = None, seed: int = 0, *, calibration: Calibration | None = None,
               id_field: str = "source", answer_relevancy_strictness: int = 1,
-              noise_mode: str = "relevant") -> tuple[list[dict], dict]:
+              noise_mode: str = "relevant", progress: bool = False) -> tuple[list[dict], dict]:
     """LLM-judged ragas metrics per row, through ``judge``.
 
     Returns ``(per_row, summary)``. ``per_row`` is aligned with ``rows``: ``{"id", "sampled",
@@ -358,14 +358,21 @@ def score_llm(rows: Sequence[Mapping | EvalRow], judge: Judge, embedder=None, me
     before = {m: _copy_stats(judge.by_metric.get(m)) for m in names}
     n_fail_before = len(judge.failures)
 
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(chosen) * len(names), desc="judged metrics", unit="score", disable=not progress,
+               leave=False)
+
     async def go():
         for i in chosen:
             r, out = norm[i], per_row[i]
             for name in names:
+                bar.set_postfix_str(f"{name} on {r.id}")
                 missing = [f for f in REQUIRES[name] if not getattr(r, f)]
                 if missing:
                     out["status"][name] = "skipped"
                     out["errors"][name] = "missing " + ", ".join(missing)
+                    bar.update(1)
                     continue
                 calls0 = judge.stats.calls
                 metric = built[name]
@@ -390,8 +397,12 @@ def score_llm(rows: Sequence[Mapping | EvalRow], judge: Judge, embedder=None, me
                 out["judge_calls"][name] = judge.stats.calls - calls0
                 if err:
                     out["errors"][name] = err
+                bar.update(1)
 
-    _run(go())
+    try:
+        _run(go())
+    finally:
+        bar.close()
 
     flags = judged_metric_flags(calibration, names)
     summary_metrics = {}
