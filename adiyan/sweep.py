@@ -57,6 +57,7 @@ import os
 import queue
 import re
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -64,7 +65,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -456,7 +457,7 @@ class _Kernel:
 
         self.kernel_name, self.cwd, self.persistent = kernel_name, cwd, persistent
         # IPC sockets under a private folder: kernels started at once never pick the same paths.
-        self._sockets = tempfile.mkdtemp(prefix="adiyan-kernel-")
+        self._sockets = tempfile.mkdtemp(prefix=f"adiyan-kernel-{os.getpid()}-")
         self.km = KernelManager(kernel_name=kernel_name, transport="ipc", ip=os.path.join(self._sockets, "k"))
         self.km.start_kernel(cwd=str(cwd))
         self._kc = None
@@ -473,13 +474,13 @@ class _Kernel:
     def alive(self) -> bool:
         return self.km.is_alive()
 
-    def close(self) -> None:
+    def close(self, now: bool = False) -> None:
         with contextlib.suppress(Exception):
             if self._kc is not None:
                 self._kc.stop_channels()
         self._kc = None
         with contextlib.suppress(Exception):
-            self.km.shutdown_kernel(now=False)  # a clean exit runs the kernel's atexit (replica clean-up)
+            self.km.shutdown_kernel(now=now)  # a clean exit runs the kernel's atexit (replica clean-up)
         with contextlib.suppress(Exception):
             self.km.cleanup_resources()
         shutil.rmtree(self._sockets, ignore_errors=True)
@@ -575,8 +576,6 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, *, jobs: int | None = None, e
     fingerprints, so the affected points run again). Raises :class:`SweepError` after writing
     the report when a point failed.
     """
-    from tqdm.auto import tqdm
-
     t_start = time.perf_counter()
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec, sweeps_dir)
@@ -615,7 +614,6 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, *, jobs: int | None = None, e
     if todo:
         _execute(spec, todo, out, fps, engine=engine, jobs=jobs, cwd=cwd, progress=progress,
                  failed=failed, wall=wall, n_total=len(points), n_done=len(reused))
-    runs = index = None
     runs, index = write_outputs(spec, points, out, engine=engine, jobs=jobs,
                                 session={"ran": [p.id for p in todo], "reused": reused, "failed": failed,
                                          "wall_s": round(time.perf_counter() - t_start, 2), "point_wall_s": wall})
@@ -632,6 +630,7 @@ def _execute(spec, todo, out, fps, *, engine, jobs, cwd, progress, failed, wall,
     from tqdm.auto import tqdm
 
     _register_engine()
+    _drop_orphan_replicas()
     kernel_name = _kernel_name(spec)
     work: queue.Queue = queue.Queue()
     for p in todo:
@@ -643,6 +642,7 @@ def _execute(spec, todo, out, fps, *, engine, jobs, cwd, progress, failed, wall,
     exporter_holder: dict = {}
     lock = threading.Lock()
     stop = threading.Event()
+    live: list[_Kernel] = []  # closed here if the sweep is interrupted (workers are daemon threads)
 
     def finish(point: Point, pdir: Path, seconds: float, error: str | None) -> None:
         try:
@@ -688,7 +688,10 @@ def _execute(spec, todo, out, fps, *, engine, jobs, cwd, progress, failed, wall,
                         if kernel is not None:
                             kernel.close()
                         kernel = _Kernel(kernel_name, cwd, persistent=True)
+                        live.append(kernel)
                     own = _Kernel(kernel_name, cwd, persistent=False) if engine == "papermill" else None
+                    if own is not None:
+                        live.append(own)
                     try:
                         pm.execute_notebook(str(spec.notebook), str(pdir / "notebook.ipynb"), parameters=params,
                                             engine_name="adiyan-sweep", kernel_name=kernel_name,
@@ -698,13 +701,15 @@ def _execute(spec, todo, out, fps, *, engine, jobs, cwd, progress, failed, wall,
                     finally:
                         if own is not None:
                             own.close()
+                            live.remove(own)
                 except Exception as exc:  # noqa: BLE001 - recorded, reported, the sweep goes on
                     error = _error_text(exc)
                 finally:
                     seconds = time.perf_counter() - t0
                 finisher.submit(finish, point, pdir, seconds, error)
         finally:
-            if kernel is not None:
+            if kernel is not None and kernel in live:
+                live.remove(kernel)
                 kernel.close()
 
     threads = [threading.Thread(target=worker, args=(i,), name=f"sweep-worker-{i}", daemon=True)
@@ -715,8 +720,10 @@ def _execute(spec, todo, out, fps, *, engine, jobs, cwd, progress, failed, wall,
         for t in threads:
             while t.is_alive():
                 t.join(0.5)
-    except KeyboardInterrupt:
+    except BaseException:  # Ctrl-C or SIGTERM: no kernel left behind; finished points keep their markers
         stop.set()
+        for k in list(live):
+            k.close(now=True)
         raise
     finally:
         finisher.shutdown(wait=True)
@@ -770,10 +777,8 @@ def gather(spec: SweepSpec, points: Sequence[Point], out: Path, *, engine: str =
                 if key not in metric_cols:
                     metric_cols.append(key)
             for q in data.get("per_question") or []:
-                for k, v in q.items():
-                    if k != "qid" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                        pq_rows.append({"point_id": p.id, "qid": str(q["qid"]), "metric": k, "value": float(v)})
-                    elif isinstance(v, bool):
+                for k, v in q.items():  # numbers and booleans; labels (kind, top1...) stay in point.json
+                    if k != "qid" and isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
                         pq_rows.append({"point_id": p.id, "qid": str(q["qid"]), "metric": k, "value": float(v)})
         rows.append(row)
     runs = pd.DataFrame(rows)
@@ -1120,8 +1125,9 @@ def _replica(src: Path) -> Path:
 
 
 def _drop_orphan_replicas() -> None:
-    """Replicas of processes that are gone (a kernel killed before its atexit ran)."""
-    for d in Path(tempfile.gettempdir()).glob("adiyan-replica-*-*"):
+    """Replicas and kernel socket folders of processes that are gone (killed before cleaning up)."""
+    tmp = Path(tempfile.gettempdir())
+    for d in [*tmp.glob("adiyan-replica-*-*"), *tmp.glob("adiyan-kernel-*-*")]:
         try:
             pid = int(d.name.split("-")[2])
             os.kill(pid, 0)
@@ -1249,7 +1255,6 @@ def open_sweep_kb(settings, evalset=None, *, embedder=None, progress: bool = Fal
     cache use); afterwards opened without re-parsing or re-embedding anything. Within a process
     the opened index is memoised, its settings replaced by the caller's (top-k, mode, ef...).
     """
-    from .eval.evalset import load_evalset
     from .kb import KnowledgeBase
     from .store import open_store
 
@@ -2093,6 +2098,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                  "MEM0_TELEMETRY": "False"}.items():
         os.environ.setdefault(k, v)
+
+    def _terminate(signum, frame):  # SIGTERM unwinds like Ctrl-C, so kernels are shut down
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _terminate)
     if not args.name or args.name == "list":
         for p in sorted(Path(args.sweeps_dir).glob("*.yaml")):
             s = load_spec(p)

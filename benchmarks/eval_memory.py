@@ -76,6 +76,9 @@ def measure(cmd: list[str], *, poll_s: float = 0.1, timeout_s: float = 3600) -> 
             tree = main_rss = 0
         peak_tree, peak_main = max(peak_tree, tree), max(peak_main, main_rss)
         samples += 1
+        if samples % int(30 / poll_s) == 0:  # a line every 30 s: a killed run still leaves its peak so far
+            print(f"  ... {time.perf_counter() - t0:.0f}s, peak so far {peak_tree / 2**20:.0f} MiB (psutil tree)",
+                  file=sys.stderr, flush=True)
         if time.perf_counter() - t0 > timeout_s:
             proc.kill()
         time.sleep(poll_s)

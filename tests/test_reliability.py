@@ -4,12 +4,14 @@ Marked `reliability` (CI runs it with `invoke test --all`). What each test injec
 docstring.
 """
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -102,3 +104,62 @@ def test_results_identical_across_restarts(tmp_path):
     after = [(c.source, c.chunk_index, c.score) for c in kb2.retrieve_knowledge_base("price", "office", top_k=8, floor=-1).chunks]
     kb2.store.close()
     assert after == before and len(before) == 8
+
+
+# -- a sweep killed midway ----------------------------------------------------------------------------
+
+SWEEP_PARAMS = "x = 1\noverrides = {}\nconfig_file = None\noutput_dir = None\npoint_id = None"
+SWEEP_WORK = """import time
+from adiyan import sweep
+time.sleep(6 if x >= 3 else 0)  # points 3 and 4 are slow: the kill lands while point 3 runs
+sweep.record(output_dir, sweep.PointResult({"y": 2.0 * x}, [{"qid": "q1", "score": float(x)}]))"""
+
+
+def test_sweep_killed_after_its_second_point_resumes_with_the_rest(tmp_path):
+    """Injects: SIGKILL of the `python -m adiyan.sweep` process once two of four points have
+    their completion marker (point 3 running in the kernel). Expects: the killed run leaves no
+    marker for points 3-4; the restart runs exactly points 3 and 4, leaves points 1-2's executed
+    notebooks untouched, and gathers all four into runs.parquet."""
+    import nbformat
+    import pandas as pd
+    import yaml
+
+    from adiyan import sweep as S
+    from tests.conftest import ROOT
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "adiyan", "display_name": "Python (adiyan)", "language": "python"}
+    params = nbformat.v4.new_code_cell(SWEEP_PARAMS)
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(SWEEP_WORK)]
+    nbformat.write(nb, str(tmp_path / "killme.ipynb"))
+    spec_path = tmp_path / "killme.yaml"
+    spec_path.write_text(yaml.safe_dump({"name": "killme", "notebook": str(tmp_path / "killme.ipynb"),
+                                         "grid": {"x": [1, 2, 3, 4]}, "jobs": 1, "engine": "persistent"}))
+    out = tmp_path / "out"
+    ids = [p.id for p in S.expand(S.load_spec(str(spec_path)))]
+    cmd = [sys.executable, "-m", "adiyan.sweep", str(spec_path), "--out-dir", str(out), "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not all(S.is_complete(out / "points" / i) for i in ids[:2]):
+            assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "the first two points did not finish in 300 s"
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the kernel too, whatever state it is in
+    assert proc.returncode == -signal.SIGKILL
+    assert not any(S.is_complete(out / "points" / i) for i in ids[2:])
+    before = {i: (out / "points" / i / "notebook.ipynb").stat().st_mtime_ns for i in ids[:2]}
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "4 points, ran 2, reused 2" in again.stdout, again.stdout
+    assert {i: (out / "points" / i / "notebook.ipynb").stat().st_mtime_ns for i in ids[:2]} == before
+    runs = pd.read_parquet(out / "runs.parquet")
+    assert list(runs["x"]) == [1, 2, 3, 4] and list(runs["y"]) == [2.0, 4.0, 6.0, 8.0]
+    assert list(runs["status"]) == ["ok"] * 4
