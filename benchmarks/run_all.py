@@ -6,9 +6,11 @@ Suites (``--suite``, comma-separated or repeated; default ``all``):
     latency   benchmarks/latency.py: HNSW vs exact p50 / p95, SciFact size and 100k, filtered or not
     cache     benchmarks/cache_effect.py: re-ingest and re-eval, cold vs warm embedding cache
     memory    benchmarks/eval_memory.py: peak RSS of ``adiyan eval`` vs a models-only process
+    sweep_cost benchmarks/sweep_cost.py: one sweep point alone vs an 8-point top-k x ef sweep, warm
     scifact   benchmarks/scifact.py's run_scifact, when that file is present
     all       every suite above, in that order
-    quick     ingest (100 docs), latency (SciFact size only), cache (50 docs), memory --fast
+    quick     ingest (100 docs), latency (SciFact size only), cache (50 docs), memory --fast,
+              sweep_cost (1 repeat)
 
 ``--fast`` makes ``memory`` measure the fast eval (no LLM, judge or incidents) and ``scifact``
 skip the re-rank. A failing suite is reported and the others still run; the exit status is 1
@@ -33,14 +35,15 @@ if str(BENCH) not in sys.path:
 
 from _common import ROOT, machine, write_json  # noqa: E402
 
-ORDER = ["ingest", "latency", "cache", "memory", "scifact"]
+ORDER = ["ingest", "latency", "cache", "memory", "sweep_cost", "scifact"]
 
 
 def _headline(name: str, r: dict) -> dict:
     """The few figures worth a line in the summary."""
     try:
         if name == "ingest":
-            return {"ratio_ingest_to_embed": r["ratio_ingest_to_embed"], "cache_speedup_reingest": r["cache_speedup_reingest"]}
+            return {"ratio_ingest_to_embed": r["ratio_ingest_to_embed"], "meets_target": r["meets_target"],
+                    "cache_speedup_reingest": r["cache_speedup_reingest"]}
         if name == "latency":
             return {f"{s['vectors']}/{row['filter']}": {"p50": row["ratio_exact_to_hnsw_p50"],
                                                         "p95": row["ratio_exact_to_hnsw_p95"]}
@@ -52,6 +55,8 @@ def _headline(name: str, r: dict) -> dict:
         if name == "memory":
             return {"mode": r["mode"], "peak_rss_mib": r["eval"]["peak_rss_mib_wait4"],
                     "ratio_to_models_only": r["ratio_eval_to_models_only_peak"]}
+        if name == "sweep_cost":
+            return {"single_point_s": r["single_point_s"], "sweep_8_points_s": r["sweep_8_points_s"], "ratio": r["ratio"]}
         if name == "scifact":
             return {m: row["ndcg@10"]["measured"] for m, row in r["methods"].items()} | {"checks": r["checks"]}
     except (KeyError, TypeError) as exc:
@@ -76,6 +81,10 @@ def run_suite(name: str, out_dir: Path, *, fast: bool, quick: bool) -> dict:
             result = importlib.import_module("eval_memory").run(fast or quick)
             if result["eval"]["exit_code"] not in (0, 3):
                 raise RuntimeError(f"adiyan eval exited {result['eval']['exit_code']}: {result['eval']['output_tail']}")
+        elif name == "sweep_cost":
+            result = importlib.import_module("sweep_cost").run(repeats=1 if quick else 2)
+            if not result["meets_target"]:
+                print(f"sweep_cost: ratio {result['ratio']} above the target {result['target_ratio']}", flush=True)
         elif name == "scifact":
             if not (BENCH / "scifact.py").is_file():
                 return {**row, "status": "skipped", "reason": "benchmarks/scifact.py is not present"}

@@ -64,15 +64,9 @@ def measure(engine: str, repeats: int, work: Path, specs: dict[str, Path]) -> di
             "single_runs_s": [round(x, 2) for x in single], "sweep_runs_s": [round(x, 2) for x in sweep]}
 
 
-def main(argv=None) -> int:
+def run(engine: str = "persistent", repeats: int = 2, compare_papermill: bool = False) -> dict:
     import yaml
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--engine", default="persistent", choices=["persistent", "papermill"])
-    ap.add_argument("--compare-papermill", action="store_true", help="also time a fresh kernel per point")
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--out", default=str(ROOT / "reports" / "benchmarks" / "sweep_cost.json"))
-    args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="adiyan-sweep-cost-") as tmp:
         work = Path(tmp)
         specs = {}
@@ -80,7 +74,7 @@ def main(argv=None) -> int:
             specs[name] = work / f"{spec['name']}.yaml"
             specs[name].write_text(yaml.safe_dump(spec), encoding="utf-8")
         t0 = time.perf_counter()
-        _run(specs["sweep"], work / "warmup", args.engine)  # fills every cache; not timed as a result
+        _run(specs["sweep"], work / "warmup", engine)  # fills every cache; not timed as a result
         warm = time.perf_counter() - t0
         print(f"warm-up sweep: {warm:.1f}s", file=sys.stderr)
         result = {"benchmark": "sweep_cost", "target_ratio": TARGET, "warmup_s": round(warm, 2),
@@ -88,13 +82,24 @@ def main(argv=None) -> int:
                   "sweep": {k: v for k, v in SWEEP.items() if k != "notebook"},
                   "notebook": "notebooks/retrieval.ipynb",
                   "load_avg_before": [round(x, 2) for x in os.getloadavg()]}
-        main_m = measure(args.engine, args.repeats, work, specs)
+        main_m = measure(engine, repeats, work, specs)
         result.update({k: main_m[k] for k in ("engine", "single_point_s", "sweep_8_points_s", "ratio", "meets_target")})
-        result["runs"] = {args.engine: main_m}
-        if args.compare_papermill and args.engine != "papermill":
+        result["runs"] = {engine: main_m}
+        if compare_papermill and engine != "papermill":
             result["runs"]["papermill"] = measure("papermill", 1, work, specs)
         result["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
         result["machine"] = machine()
+    return result
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--engine", default="persistent", choices=["persistent", "papermill"])
+    ap.add_argument("--compare-papermill", action="store_true", help="also time a fresh kernel per point")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--out", default=str(ROOT / "reports" / "benchmarks" / "sweep_cost.json"))
+    args = ap.parse_args(argv)
+    result = run(args.engine, args.repeats, args.compare_papermill)
     write_json(result, args.out)
     return 0 if result["meets_target"] else 1
 
