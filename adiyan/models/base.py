@@ -81,3 +81,25 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     a = l2_normalize(a)[0]
     b = l2_normalize(b)[0]
     return float(np.dot(a, b))
+
+
+def free_llama_at_exit(llama) -> None:
+    """Close a llama.cpp model while the interpreter is still whole.
+
+    llama-cpp-python frees its model in ``__del__``; at interpreter shutdown that runs after its
+    C bindings are torn down and prints a ``TypeError`` traceback. A weak reference, so models
+    dropped earlier are still freed as usual.
+    """
+    import atexit
+    import contextlib
+    import weakref
+
+    ref = weakref.ref(llama)
+
+    def close() -> None:
+        obj = ref()
+        if obj is not None:
+            with contextlib.suppress(Exception):
+                obj.close()
+
+    atexit.register(close)

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .base import Kind, ModelError, l2_normalize
+from .base import Kind, ModelError, free_llama_at_exit, l2_normalize
 
 # nomic-embed-text is trained with task prefixes; without them its scores drop (offline.md).
 NOMIC_PREFIXES = {"query": "search_query: ", "document": "search_document: "}
@@ -96,6 +96,7 @@ class LlamaCppEmbedder(_BaseEmbedder):
         self.id = model_id + (f"@{self.truncate_dim}" if self.truncate_dim else "")
         self.path = str(gguf_path)
         self._lock = threading.Lock()
+        free_llama_at_exit(self._llama)
 
     def _embed_raw(self, texts: list[str]) -> np.ndarray:
         out = []

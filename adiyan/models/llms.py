@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import os
 import threading
 from typing import Sequence
 
-from .base import ChatMessage, Completion, ModelError, as_messages
+from .base import ChatMessage, Completion, ModelError, as_messages, free_llama_at_exit
 
 
 class LlamaCppLLM:
@@ -29,15 +27,7 @@ class LlamaCppLLM:
         self.seed = seed
         self.path = str(gguf_path)
         self._lock = threading.Lock()
-        # free the model while the interpreter is whole: llama.cpp's own __del__ at shutdown
-        # runs after its C bindings are gone and prints a TypeError traceback
-        atexit.register(self.close)
-
-    def close(self) -> None:
-        llama, self._llama = getattr(self, "_llama", None), None
-        if llama is not None:
-            with contextlib.suppress(Exception):
-                llama.close()
+        free_llama_at_exit(self._llama)
 
     def count_tokens(self, text: str) -> int:
         return len(self._llama.tokenize(text.encode("utf-8"), add_bos=False))
