@@ -71,6 +71,13 @@ class StoreConfig(_Section):
     hnsw_ef_construct: int = Field(100, ge=4)
     hnsw_ef: int = Field(128, ge=1)  # per-query search breadth
     exact: bool = False  # brute force instead of HNSW
+    # Qdrant scalar quantization of the dense vectors: int8 codes (4x smaller) searched first,
+    # the float32 originals kept for rescoring (quantization_rescore) unless turned off
+    quantization: Literal["none", "int8"] = "none"
+    quantization_rescore: bool = True
+    # Qdrant indexes (HNSW, quantization) a segment once it holds this many KB of vectors; below
+    # it search is exact over float32. None: Qdrant's default (10,000 KB, ~6,500 384-d vectors).
+    indexing_threshold_kb: int | None = Field(None, ge=1)
 
 
 class IngestConfig(_Section):
@@ -101,7 +108,7 @@ class RetrievalConfig(_Section):
     rerank: bool = False
     rerank_model: str = "mpnet"
     rerank_overfetch: int = Field(4, ge=1)
-    query_transform: Literal["none", "hyde", "split", "resolve"] = "none"
+    query_transform: Literal["none", "split", "hyde"] = "none"  # adiyan/retrieval/transform.py
 
 
 class MemoryConfig(_Section):

@@ -1245,6 +1245,7 @@ def kb_key(settings, evalset_hash: str, embedder_id: str) -> dict:
     """What a knowledge-base index depends on: evalset content, chunking, embedder, HNSW build parameters."""
     return {"evalset": evalset_hash, "chunking": settings.chunking.model_dump(mode="json"), "embedder": embedder_id,
             "hnsw_m": settings.store.hnsw_m, "hnsw_ef_construct": settings.store.hnsw_ef_construct,
+            "quantization": settings.store.quantization, "indexing_threshold_kb": settings.store.indexing_threshold_kb,
             "engine": settings.store.engine, "ocr": settings.ingest.ocr, "prefix": settings.store.collection_prefix}
 
 
@@ -1366,7 +1367,8 @@ def evaluate_retrieval(settings, evalset=None, *, embedder=None, progress: bool 
     tokens of the top-k context (what generation would be handed: the cost side of top-k).
     Every question also counts private chunks of other owners retrieved (must be 0). With
     ``retrieval.rerank`` the top ``k * rerank_overfetch`` (at least 10) candidates are
-    re-ordered by the ``retrieval.rerank_model`` bi-encoder. The index comes from
+    re-ordered by the ``retrieval.rerank_model`` bi-encoder; ``retrieval.query_transform`` (split |
+    hyde, :mod:`adiyan.retrieval.transform`) rewrites the question first. The index comes from
     :func:`open_sweep_kb`, so nothing is embedded or indexed twice.
     """
     import numpy as np
@@ -1387,12 +1389,21 @@ def evaluate_retrieval(settings, evalset=None, *, embedder=None, progress: bool 
         rkey = ("reranker", rc.rerank_model, str(settings.paths.cache_dir))
         reranker = _MEMO.get(rkey) or _MEMO.setdefault(rkey, BiEncoderReranker.from_settings(settings))
         depth = max(depth, k * rc.rerank_overfetch)
+    from .retrieval import transform
+
+    hyde_llm = hyde_cache = None
+    if rc.query_transform == "hyde":
+        from .cache import CallCache
+        from .models import llm_from_settings
+
+        hyde_llm = llm_from_settings(settings)
+        hyde_cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "hyde")
     rows, run, qrels = [], {}, {}
     lat = []
     for q in es.questions:
         requester = q.requester or EVAL_REQUESTER
         t0 = time.perf_counter()
-        res = kb.retrieve_knowledge_base(q.question, requester, is_owner=False, top_k=depth)
+        res = transform.retrieve(kb, q.question, requester, top_k=depth, llm=hyde_llm, cache=hyde_cache)
         chunks = res.chunks
         if reranker is not None and chunks:
             scores = reranker.score(q.question, [c.text for c in chunks])
@@ -1951,22 +1962,18 @@ def evaluate_memory(settings, *, k: int | None = None, progress: bool = False) -
 # ============================================================================ embedding size and int8 storage
 
 
-def quantize_int8(vectors):
-    """Symmetric per-dimension scalar quantization to int8 (scale = max |x| per dimension / 127)."""
-    import numpy as np
-
-    v = np.asarray(vectors, dtype=np.float32)
-    scale = np.abs(v).max(axis=0) / 127.0
-    scale[scale == 0] = 1.0
-    return np.clip(np.round(v / scale), -127, 127).astype(np.int8), scale.astype(np.float32)
-
-
 def storage_report(settings, evalset=None, *, embedder=None, k: int = 10) -> dict:
-    """Float32 versus int8 storage of the index's chunk vectors, and how much int8 changes the ranking.
+    """Storage of the index's chunk vectors and what the engine's int8 quantization does to the ranking.
 
-    Int8 here is simulated in NumPy (per-dimension symmetric scalar quantization, queries kept
-    float32, asymmetric dot product), not the engine's quantization: recall@k of the int8
-    ranking against the float32 exact ranking over the evalset's questions, and bytes per vector.
+    Measured, not computed: the index is the sweep's knowledge base in Qdrant's embedded engine,
+    built with ``store.quantization`` (none | int8, scalar int8 codes from the 0.99 quantile)
+    and ``store.indexing_threshold_kb`` (set it to 1 so a small collection is indexed and
+    quantized at all). ``engine_recall@10`` is the overlap of the engine's top 10 (HNSW, with
+    int8 codes and ``store.quantization_rescore``) with the exact float32 top 10 computed in
+    NumPy from the stored vectors; the disk figures are the shard's segment files (vectors,
+    payload, HNSW graph, int8 codes; the write-ahead log is preallocated and left out). The
+    seed's arithmetic, 4 bytes a component (768 x 4 = 3 KB a vector, 1M chunks ~ 3 GB), is given
+    beside it per width, and the same for int8 (1 byte a component).
     """
     import numpy as np
 
@@ -1976,32 +1983,38 @@ def storage_report(settings, evalset=None, *, embedder=None, k: int = 10) -> dic
     ids = [p.id for p in pts]
     X = np.stack([p.vector for p in pts]).astype(np.float32)
     Q = np.asarray(kb.embedder.embed([q.question for q in h.evalset.questions], "query"), dtype=np.float32)
-    q8, scale = quantize_int8(X)
-    exact = Q @ X.T
-    approx = Q @ (q8.astype(np.float32) * scale).T
     kk = min(k, len(ids))
-    top_f = np.argsort(-exact, axis=1)[:, :kk]
-    top_q = np.argsort(-approx, axis=1)[:, :kk]
-    recall = [len(set(a) & set(b)) / kk for a, b in zip(top_f, top_q)]
+    top_f = np.argsort(-(Q @ X.T), axis=1)[:, :kk]
+    recall = []
+    for q, truth in zip(Q, top_f):
+        got = {hit.id for hit in kb.store.search(kb.collection, q, kk, ef=max(settings.store.hnsw_ef, kk))}
+        recall.append(len(got & {ids[i] for i in truth}) / kk)
     dim = X.shape[1]
-    return {"int8_recall@10": float(np.mean(recall)), "float32_bytes_per_vector": 4 * dim,
-            "int8_bytes_per_vector": dim + 4 * dim / max(1, len(ids)),  # codes + the shared scales
-            "float32_index_kb": 4 * dim * len(ids) / 1024, "int8_index_kb": (dim * len(ids) + 4 * dim) / 1024,
-            "vectors": len(ids), "dim": dim, "per_question_int8_recall": recall}
+    quant = settings.store.quantization
+    usage = kb.store.disk_usage(kb.collection) if hasattr(kb.store, "disk_usage") else {}
+    per_vec = dim if quant == "int8" else 4 * dim  # what the search reads per vector
+    return {"engine_recall@10": float(np.mean(recall)), "dim": dim, "vectors": len(ids),
+            "bytes_per_vector": per_vec, "float32_bytes_per_vector": 4 * dim, "int8_bytes_per_vector": dim,
+            "projected_1M_chunks_gb": per_vec * 1_000_000 / 1e9,
+            "projected_1M_chunks_float32_gb": 4 * dim * 1_000_000 / 1e9,
+            "disk_segments_kb": usage.get("segments", 0) / 1024, "disk_quantized_kb": usage.get("quantized", 0) / 1024,
+            "quantized_built": float(usage.get("quantized", 0) > 0), "per_question_engine_recall": recall}
 
 
 def evaluate_dims(settings, evalset=None, *, dim: int | None = None, progress: bool = False) -> PointResult:
-    """Retrieval quality at one embedding width (Matryoshka truncation of ``embedder.name``, re-normalised),
-    with the float32 / int8 storage figures of that width."""
+    """Retrieval quality at one embedding width (Matryoshka truncation of ``embedder.name``, re-normalised)
+    and storage (``store.quantization`` none | int8), with the engine's recall against exact float32."""
     emb = sweep_embedder(settings, dim=dim, progress=progress)
     res = evaluate_retrieval(settings, evalset, embedder=emb, progress=progress)
     st = storage_report(settings, evalset, embedder=emb)
-    per_q = st.pop("per_question_int8_recall")
+    per_q = st.pop("per_question_engine_recall")
     for row, r in zip(res.per_question, per_q):
-        row["int8_recall@10"] = r
-    res.metrics.update({"dim": float(emb.dim), **{k: float(v) for k, v in st.items()}})
+        row["engine_recall@10"] = r
+    res.metrics.update({k: float(v) for k, v in st.items()})
     res.info.update({"embedder": emb.id, "full_dim": getattr(getattr(emb, "base", emb), "dim", emb.dim),
-                     "quantization": "simulated int8 (NumPy), per-dimension symmetric"})
+                     "quantization": (f"Qdrant scalar int8 (quantile 0.99), rescore "
+                                      f"{'on' if settings.store.quantization_rescore else 'off'}"
+                                      if settings.store.quantization == "int8" else "none (float32)")})
     return res
 
 
@@ -2070,6 +2083,23 @@ def evaluate_incidents(settings, *, progress: bool = False) -> PointResult:
         metrics[f"{r.number}_{r.name.replace(' ', '_')}_holds"] = float(r.holds)
         rows.append({"qid": f"incident-{r.number}", "holds": float(r.holds), "seconds": r.seconds})
     return PointResult(metrics, rows, {"incidents": [asdict(r) for r in results]})
+
+
+def incident_narrative(result: PointResult) -> str:
+    """The incident replays of :func:`evaluate_incidents` told in Markdown: what happened to the
+    seed, what the replay measured here and with which model, the principle, and whether it holds."""
+    lines = []
+    for r in result.info["incidents"]:
+        verdict = "the principle holds" if r["holds"] else "**the principle does not hold**"
+        lines.append(f"### {r['number']}. {r['name']}: {verdict}")
+        lines.append(f"*Principle.* {r['principle']}")
+        lines.append(f"*The seed recorded* {r['seed_figure']}. *Measured here* ({r['model']}, {r['seconds']:.1f} s): "
+                     f"{r['measured']}.")
+        details = {k: v for k, v in (r.get("details") or {}).items() if not isinstance(v, (list, dict))}
+        if details:
+            lines.append("*Details:* " + "; ".join(f"{k} = {v}" for k, v in details.items()) + ".")
+        lines.append("")
+    return "\n\n".join(lines)
 
 
 # ============================================================================ command line

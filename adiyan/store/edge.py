@@ -51,11 +51,17 @@ class EdgeStore:
     engine = "edge"
 
     def __init__(self, data_dir: str | os.PathLike, *, hnsw_m: int = 16, hnsw_ef_construct: int = 100,
-                 full_scan_threshold: int = 1000):
+                 full_scan_threshold: int = 1000, quantization: str = "none", quantization_rescore: bool = True,
+                 indexing_threshold_kb: int | None = None):
+        if quantization not in ("none", "int8"):
+            raise StoreError(f"store.quantization must be none or int8, got {quantization!r}")
         self.root = Path(data_dir) / "qdrant"
         self.root.mkdir(parents=True, exist_ok=True)
         self.hnsw_m = hnsw_m
         self.hnsw_ef_construct = hnsw_ef_construct
+        self.quantization = quantization  # applies to collections this store creates
+        self.quantization_rescore = quantization_rescore
+        self.indexing_threshold_kb = indexing_threshold_kb
         self.full_scan_threshold = full_scan_threshold
         self._shards: dict[str, object] = {}
         self._lock = threading.RLock()
@@ -83,9 +89,12 @@ class EdgeStore:
             qe = _edge()
             hnsw = qe.HnswIndexConfig(m=self.hnsw_m, ef_construct=self.hnsw_ef_construct,
                                       full_scan_threshold=self.full_scan_threshold)
-            config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine),
+            quant = (qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, quantile=0.99, always_ram=True)
+                     if self.quantization == "int8" else None)
+            config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine,
+                                                               quantization_config=quant),
                                    sparse_vectors={SPARSE_NAME: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
-                                   hnsw_config=hnsw)
+                                   hnsw_config=hnsw, optimizers=self._optimizers())
             shard = self._open_shard(lambda: qe.EdgeShard.create(str(self.root / name), config), name)
             for field in INDEXED_FIELDS:
                 shard.update(qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword))
@@ -93,7 +102,8 @@ class EdgeStore:
             self._shards[name] = shard
             meta = CollectionMeta(name, dim, embedder_id, normalized,
                                   extra={"engine": "edge", "schema": SCHEMA_VERSION, "hnsw_m": self.hnsw_m,
-                                         "hnsw_ef_construct": self.hnsw_ef_construct})
+                                         "hnsw_ef_construct": self.hnsw_ef_construct,
+                                         "quantization": self.quantization})
             tmp = self._meta_path(name).with_suffix(".tmp")
             tmp.write_text(json.dumps(meta.to_dict(), indent=2))
             tmp.replace(self._meta_path(name))  # meta appears only once the shard exists
@@ -171,11 +181,44 @@ class EdgeStore:
             filter=_to_edge_filter(flt),
             with_payload=True,
             score_threshold=score_threshold,
-            params=qe.SearchParams(hnsw_ef=ef, exact=exact),
+            params=self._params(ef, exact),
         )
         with self._lock:
             res = self._shard(name).query(req)
         return [Hit(str(r.id), float(r.score), dict(r.payload or {})) for r in res]
+
+    def _optimizers(self):
+        if self.indexing_threshold_kb is None:
+            return None
+        return _edge().EdgeOptimizersConfig(indexing_threshold=self.indexing_threshold_kb)
+
+    def _params(self, ef: int | None, exact: bool):
+        qe = _edge()
+        quant = None
+        if self.quantization == "int8":  # a collection without quantization ignores this
+            quant = qe.QuantizationSearchParams(ignore=False, rescore=self.quantization_rescore)
+        return qe.SearchParams(hnsw_ef=ef, exact=exact, quantization=quant)
+
+    def disk_usage(self, name: str) -> dict[str, int]:
+        """Bytes on disk of the collection's shard: ``segments`` (vectors, payload, indexes),
+        of which ``quantized`` (int8 codes), and the write-ahead log ``wal`` (preallocated in
+        fixed-size files, so it says little about the data)."""
+        root = self.root / name
+        out = {"segments": 0, "quantized": 0, "wal": 0}
+        if not root.is_dir():
+            return out
+        for f in root.rglob("*"):
+            if not f.is_file():
+                continue
+            part = f.relative_to(root).parts[0]
+            size = f.stat().st_size
+            if part == "wal":
+                out["wal"] += size
+            elif part == "segments":
+                out["segments"] += size
+                if f.name.startswith("quantized"):
+                    out["quantized"] += size
+        return out
 
     def sparse_search(self, name: str, query: Sparse, limit: int, *, flt: Filter | None = None) -> list[Hit]:
         qe = _edge()
@@ -192,7 +235,7 @@ class EdgeStore:
         qe = _edge()
         ef_filter = _to_edge_filter(flt)
         dense = qe.Prefetch(limit=prefetch, query=qe.Query.Nearest(np.asarray(vector, np.float32).tolist()),
-                            filter=ef_filter, params=qe.SearchParams(hnsw_ef=ef, exact=exact))
+                            filter=ef_filter, params=self._params(ef, exact))
         sparse = qe.Prefetch(limit=prefetch, filter=ef_filter,
                              query=qe.Query.Nearest(qe.SparseVector(list(query.indices), list(query.values)),
                                                     using=SPARSE_NAME))

@@ -40,7 +40,8 @@ def _to_filter(flt: Filter | None):
 
 class ServerStore:
     def __init__(self, url: str | None = None, *, path: str | None = None, api_key: str | None = None,
-                 hnsw_m: int = 16, hnsw_ef_construct: int = 100, timeout: int = 60):
+                 hnsw_m: int = 16, hnsw_ef_construct: int = 100, timeout: int = 60,
+                 quantization: str = "none", quantization_rescore: bool = True):
         from qdrant_client import QdrantClient
 
         if url:
@@ -52,6 +53,10 @@ class ServerStore:
         self.where = url or path or ":memory:"
         self.hnsw_m = hnsw_m
         self.hnsw_ef_construct = hnsw_ef_construct
+        if quantization not in ("none", "int8"):
+            raise StoreError(f"store.quantization must be none or int8, got {quantization!r}")
+        self.quantization = quantization
+        self.quantization_rescore = quantization_rescore
         if self.engine == "local":
             # Local mode is the server's stand-in: it says, once per call, that it ignores
             # payload indexes and HNSW params. Known and documented; keep test output readable.
@@ -79,12 +84,16 @@ class ServerStore:
         m = _models()
         meta = CollectionMeta(name, dim, embedder_id, normalized,
                               extra={"engine": self.engine, "schema": SCHEMA_VERSION, "hnsw_m": self.hnsw_m,
-                                     "hnsw_ef_construct": self.hnsw_ef_construct})
+                                     "hnsw_ef_construct": self.hnsw_ef_construct, "quantization": self.quantization})
+        quant = (m.ScalarQuantization(scalar=m.ScalarQuantizationConfig(type=m.ScalarType.INT8, quantile=0.99,
+                                                                        always_ram=True))
+                 if self.quantization == "int8" else None)
         self.client.create_collection(
             name,
             vectors_config=m.VectorParams(size=dim, distance=m.Distance.COSINE),
             sparse_vectors_config={SPARSE_NAME: m.SparseVectorParams(modifier=m.Modifier.IDF)},
             hnsw_config=m.HnswConfigDiff(m=self.hnsw_m, ef_construct=self.hnsw_ef_construct),
+            quantization_config=quant,
             metadata={"adiyan": meta.to_dict()},
         )
         for field in INDEXED_FIELDS:
@@ -121,7 +130,7 @@ class ServerStore:
         res = self.client.query_points(
             name, query=np.asarray(vector, dtype=np.float32).tolist(), limit=limit,
             query_filter=_to_filter(flt), with_payload=True, score_threshold=score_threshold,
-            search_params=m.SearchParams(hnsw_ef=ef, exact=exact),
+            search_params=self._params(ef, exact),
         )
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in res.points]
 
@@ -141,7 +150,7 @@ class ServerStore:
             name,
             prefetch=[
                 m.Prefetch(query=np.asarray(vector, np.float32).tolist(), limit=prefetch, filter=f,
-                           params=m.SearchParams(hnsw_ef=ef, exact=exact)),
+                           params=self._params(ef, exact)),
                 m.Prefetch(query=m.SparseVector(indices=list(query.indices), values=list(query.values)),
                            using=SPARSE_NAME, limit=prefetch, filter=f),
             ],
@@ -160,6 +169,12 @@ class ServerStore:
             if offset is None:
                 break
 
+    def _params(self, ef: int | None, exact: bool):
+        m = _models()
+        quant = (m.QuantizationSearchParams(ignore=False, rescore=self.quantization_rescore)
+                 if self.quantization == "int8" else None)
+        return m.SearchParams(hnsw_ef=ef, exact=exact, quantization=quant)
+
     def count(self, name: str, flt: Filter | None = None) -> int:
         return int(self.client.count(name, count_filter=_to_filter(flt), exact=True).count)
 
@@ -176,11 +191,15 @@ def open_store(settings) -> "object":
 
     sc = settings.store
     if sc.engine == "edge":
-        return EdgeStore(settings.paths.data_dir, hnsw_m=sc.hnsw_m, hnsw_ef_construct=sc.hnsw_ef_construct)
+        return EdgeStore(settings.paths.data_dir, hnsw_m=sc.hnsw_m, hnsw_ef_construct=sc.hnsw_ef_construct,
+                         quantization=sc.quantization, quantization_rescore=sc.quantization_rescore,
+                         indexing_threshold_kb=sc.indexing_threshold_kb)
     if sc.engine == "server":
         if not sc.url:
             raise StoreError("store.engine=server needs store.url (e.g. ADIYAN_STORE__URL=http://localhost:6333)")
         return ServerStore(sc.url, api_key=os.environ.get(sc.api_key_env), hnsw_m=sc.hnsw_m,
-                           hnsw_ef_construct=sc.hnsw_ef_construct)
+                           hnsw_ef_construct=sc.hnsw_ef_construct, quantization=sc.quantization,
+                           quantization_rescore=sc.quantization_rescore)
     return ServerStore(path=str(settings.paths.data_dir / "qdrant-local"), hnsw_m=sc.hnsw_m,
-                       hnsw_ef_construct=sc.hnsw_ef_construct)
+                       hnsw_ef_construct=sc.hnsw_ef_construct, quantization=sc.quantization,
+                       quantization_rescore=sc.quantization_rescore)
