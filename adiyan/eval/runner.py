@@ -32,6 +32,7 @@ from ..cache import CallCache
 from ..generation import answer_question
 from ..kb import IngestError, IngestItem, KnowledgeBase
 from ..models import embedder_from_settings, llm_from_settings
+from ..retrieval import transform
 from ..store import open_store
 from . import metrics as M
 from .evalset import load_evalset
@@ -92,10 +93,12 @@ def _answer_rows(settings, es, kb, llm, progress):
     k = settings.retrieval.kb_top_k
     answer_cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
     rows, run, qrels, timings = [], {}, {}, {"retrieve_s": 0.0, "generate_s": 0.0}
+    hyde_llm = (llm or llm_from_settings(settings)) if settings.retrieval.query_transform == "hyde" else None
     for q in tqdm(es.questions, desc="questions", unit="q", disable=not progress):
         requester = q.requester or EVAL_REQUESTER
         t1 = time.perf_counter()
-        deep = kb.retrieve_knowledge_base(q.question, requester, is_owner=False, top_k=max(k, IR_DEPTH))
+        deep = transform.retrieve(kb, q.question, requester, top_k=max(k, IR_DEPTH), llm=hyde_llm,
+                                  cache=answer_cache)
         result_chunks = deep.chunks[:k]
         t2 = time.perf_counter()
         timings["retrieve_s"] += t2 - t1
