@@ -111,3 +111,23 @@ def test_a_regression_below_its_floor_fails_the_run_after_writing_it(make_settin
         run_eval(s, progress=False, run_id="reg")
     m = json.loads((err.value.run_dir / "metrics.json").read_text())
     assert m["regression_failed"] == 1 and (err.value.run_dir / "report.html").is_file()
+
+
+def test_a_beir_folder_loads_as_an_evalset(tmp_path, monkeypatch):
+    """ClapNQ's BEIR folder (../shared/datasets) as an evalset: every passage a document, every
+    query with qrels a question whose gold sources are its relevant passages; cached by content."""
+    from adiyan.eval.beir import load_beir
+    from tests.conftest import SHARED
+
+    monkeypatch.setenv("ADIYAN_EVALSET_CACHE", str(tmp_path))
+    src = SHARED / "clapnq_dev" / "beir"
+    es = load_evalset(src)
+    data = load_beir(src)
+    assert len(es.documents) == len(data.corpus) == 597 and len(es.questions) == len(data.queries) == 300
+    q = next(q for q in es.questions if q.id == "6401197308716204890")
+    assert q.gold_sources == ["adiyan-office/c1ef6eadeaec.md"] and q.gold_answer.startswith("Seasonality")
+    doc = next(d for d in es.documents if d.filename == "c1ef6eadeaec.md")
+    assert doc.path.read_text().startswith("# Forecasting\n\nSeasonality is a characteristic")
+    again = load_evalset(src)
+    assert again.root == es.root and again.content_hash() == es.content_hash()
+    assert list(tmp_path.iterdir()) == [es.root]

@@ -76,8 +76,73 @@ class Evalset:
         return pd.DataFrame([{**q.__dict__, "extra": q.extra} for q in self.questions])
 
 
+def beir_cache_root() -> Path:
+    """Where BEIR folders are turned into evalsets (``$ADIYAN_EVALSET_CACHE`` or ``~/.cache/adiyan/evalsets``)."""
+    import os
+
+    return Path(os.environ.get("ADIYAN_EVALSET_CACHE") or Path.home() / ".cache" / "adiyan" / "evalsets")
+
+
+def materialize_beir(beir_dir: str | Path, out_root: str | Path | None = None, *, split: str = "test") -> Path:
+    """A BEIR folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``) as an evalset folder.
+
+    Every passage becomes ``docs/<id>.md`` (``# title`` and the text), global, owned by
+    ``adiyan-office``; every query with qrels becomes a ``lookup`` question whose gold sources are
+    its relevant passages; the gold answer comes from a ``qa.jsonl`` beside the BEIR folder when
+    there is one (ClapNQ and XQuAD in ../shared/datasets have it). Written once per content hash
+    of the source files under ``out_root`` (default :func:`beir_cache_root`), never into the
+    repository, so the chunking and retrieval code runs on a QA set exactly as on an authored set.
+    """
+    import re
+
+    from .beir import load_beir
+
+    src = Path(beir_dir)
+    files = [src / "corpus.jsonl", src / "queries.jsonl", src / "qrels" / f"{split}.tsv"]
+    qa_path = src.parent / "qa.jsonl"
+    h = hashlib.sha256()
+    for f in files + ([qa_path] if qa_path.is_file() else []):
+        if f.is_file():
+            h.update(f.read_bytes())
+    name = f"{src.parent.name if src.name == 'beir' else src.name}-{split}"
+    out = Path(out_root or beir_cache_root()) / f"{name}-{h.hexdigest()[:10]}"
+    if (out / "manifest.yaml").is_file():
+        return out
+    data = load_beir(src, split)
+    answers = {}
+    if qa_path.is_file():
+        for line in qa_path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            answers[str(row["id"])] = (row.get("answers") or [""])[0]
+    tmp = out.with_name(out.name + ".tmp")
+    (tmp / "docs").mkdir(parents=True, exist_ok=True)
+    fname = {}
+    for did, doc in data.corpus.items():
+        fname[did] = re.sub(r"[^A-Za-z0-9_.-]", "_", did) + ".md"
+        text = (f"# {doc['title']}\n\n" if doc["title"] else "") + doc["text"] + "\n"
+        (tmp / "docs" / fname[did]).write_text(text, encoding="utf-8")
+    with open(tmp / "questions.jsonl", "w", encoding="utf-8") as f:
+        for qid, text in data.queries.items():
+            gold = sorted(fname[d] for d, rel in data.qrels[qid].items() if rel > 0 and d in fname)
+            f.write(json.dumps({"id": qid, "question": text, "gold_answer": answers.get(qid, ""),
+                                "gold_sources": gold, "answer_keywords": [], "kind": "lookup"}) + "\n")
+    manifest = {"name": name, "description": f"{src} ({split}) as an evalset: {len(data.corpus)} passages, "
+                f"{len(data.queries)} questions", "questions": "questions.jsonl",
+                "documents": [{"file": f"docs/{fname[d]}", "owner": "adiyan-office", "visibility": "global"}
+                              for d in data.corpus]}
+    (tmp / "manifest.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False), encoding="utf-8")
+    import shutil
+
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.replace(out)
+    return out
+
+
 def load_evalset(root: str | Path) -> Evalset:
+    """An evalset folder (``manifest.yaml``), or a BEIR folder, turned into one by :func:`materialize_beir`."""
     root = Path(root)
+    if not (root / "manifest.yaml").is_file() and (root / "corpus.jsonl").is_file():
+        root = materialize_beir(root)
     mpath = root / "manifest.yaml"
     if not mpath.is_file():
         raise EvalsetError(f"{mpath}: no manifest.yaml (an evalset is a folder with manifest.yaml)")
