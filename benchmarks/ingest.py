@@ -49,7 +49,7 @@ def run(n_docs: int = 400, embedder_name: str = "minilm", repeats: int = 1) -> d
         chunks = [c.text for _, data in docs for c in chunk_text(data.decode(), s.chunking, embedder=raw)]
         t0 = time.perf_counter()
         raw.embed(chunks, "document")
-        embed_s = time.perf_counter() - t0
+        embed_before_s = time.perf_counter() - t0
         emb = CachedEmbedder(raw, EmbeddingCache(f"{tmp}/emb.sqlite"))  # cold cache: every chunk embedded
         kb = KnowledgeBase(s, open_store(s), emb)
         t0 = time.perf_counter()
@@ -67,6 +67,12 @@ def run(n_docs: int = 400, embedder_name: str = "minilm", repeats: int = 1) -> d
         kb.store.close()
         # re-ingest into a fresh store with a warm embedding cache: what a chunking-unchanged rebuild costs
         s2 = s.with_overrides({"paths.data_dir": f"{tmp}/data2"})
+        # the model alone once more, after the ingest: the reference is the faster of the two, so a
+        # slow first pass (allocator, CPU caches) cannot flatter the ratio
+        t0 = time.perf_counter()
+        raw.embed(chunks, "document")
+        embed_after_s = time.perf_counter() - t0
+        embed_s = min(embed_before_s, embed_after_s)
         kb2 = KnowledgeBase(s2, open_store(s2), CachedEmbedder(raw, EmbeddingCache(f"{tmp}/emb.sqlite")))
         t0 = time.perf_counter()
         kb2.ingest_many([(data, name, "bench", "global") for name, data in docs])
@@ -85,7 +91,7 @@ def run(n_docs: int = 400, embedder_name: str = "minilm", repeats: int = 1) -> d
     assert n_chunks == len(chunks), (n_chunks, len(chunks))
     return {
         "benchmark": "ingest", "embedder": raw.id, "documents": len(docs), "chunks": n_chunks,
-        "embed_only_s": round(embed_s, 3), "ingest_end_to_end_s": round(ingest_s, 3),
+        "embed_only_s": round(embed_s, 3), "embed_only_runs_s": [round(embed_before_s, 3), round(embed_after_s, 3)], "ingest_end_to_end_s": round(ingest_s, 3),
         "embedder_chunks_per_s": round(n_chunks / embed_s, 1), "ingest_chunks_per_s": round(n_chunks / ingest_s, 1),
         "ratio_ingest_to_embed": round(ingest_s / embed_s, 3), "target_ratio": 1.3,
         "meets_target": ingest_s / embed_s <= 1.3,
