@@ -65,7 +65,7 @@ def replay(c, embedder=None, config=None, set_=None):
     _cli(c, "replay", config, sets)
 
 
-@task(iterable=["set_", "only"], help={"name": "sweep name (sweeps/NAME.yaml); none lists them",
+@task(positional=["name"], iterable=["set_", "only"], help={"name": "sweep name (sweeps/NAME.yaml); list: the sweeps",
                                        "jobs": "points at once", "force": "re-run finished points",
                                        "set_": "override for every point: key=value (repeatable)",
                                        "only": "run only this point id (repeatable)",
