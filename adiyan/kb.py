@@ -158,6 +158,7 @@ class _Prepared:
     t0: float
     committed: object = None
     now: str = ""
+    chunk_s: float = 0.0  # time spent chunking (the semantic chunker embeds sentences)
 
 
 class KnowledgeBase:
@@ -348,15 +349,17 @@ class KnowledgeBase:
             if stored == committed.n_chunks:
                 return IngestResult(key, doc_version, stored, False, time.perf_counter() - t0, {}, committed.report)
         try:
+            tc = time.perf_counter()
             chunks = chunk_text(text, self.settings.chunking, embedder=self.embedder,
                                 authored_markdown=authored_markdown)
+            chunk_s = time.perf_counter() - tc
         except Exception as exc:  # noqa: BLE001 - nothing is stored yet: the previous version is untouched
             raise IngestError(f"{filename!r}: ingest failed, previous version kept: "
                               f"{type(exc).__name__}: {exc}") from exc
         if not chunks:
             raise IngestError(f"{filename!r}: chunking produced no chunks")
         return _Prepared(key, filename, owner, visibility, data, data_sha, text, report, doc_version,
-                         ingested_at, chunks, t0)
+                         ingested_at, chunks, t0, chunk_s=chunk_s)
 
     def _write_isolating(self, group: list[_Prepared]) -> list[IngestResult | IngestError]:
         """Write a batch; if it fails as a whole, write its documents one by one."""
@@ -452,7 +455,7 @@ class KnowledgeBase:
                                                           must_not=(Cond("doc_version", p.doc_version),)))
             marker.unlink(missing_ok=True)
             results[id(p)] = IngestResult(p.key, p.doc_version, len(p.chunks), True, time.perf_counter() - p.t0,
-                                          chunk_stats(p.chunks), p.report)
+                                          {**chunk_stats(p.chunks), "chunk_s": round(p.chunk_s, 4)}, p.report)
         return [results[id(p)] for p in group]
 
     def _mark_pending(self, key: str, doc_version: str) -> Path:

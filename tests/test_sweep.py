@@ -325,3 +325,21 @@ def test_a_run_eval_notebook_is_read_through_its_metrics_json(tmp_path):
                                "timings.total_s": 3.5}
     assert data["per_question"] == [{"qid": "q1", "hit": 1.0, "reciprocal_rank": 1.0},
                                     {"qid": "q2", "hit": 0.0, "reciprocal_rank": 0.0, "keyword_hit": 1.0}]
+
+
+def test_chunking_cost_bypasses_the_cache_and_counts_the_index_chunks(tmp_path):
+    """cold_* figures come from the model itself (the cache sees no call) on exactly the chunks
+    the index holds."""
+    from adiyan.config import load_settings
+    from tests.conftest import MODEL_DIR
+
+    s = load_settings(environ={}, overrides={"paths.data_dir": str(tmp_path / "d"), "paths.cache_dir": str(tmp_path / "c"),
+                                              "paths.models_dir": str(MODEL_DIR),
+                                              "eval.evalset": str(ROOT / "evalsets" / "adiyan_basic")})
+    h = S.open_sweep_kb(s)
+    emb = S.sweep_embedder(s)
+    before = (emb.stats.hits, emb.stats.misses)
+    cost = S.chunking_cost(s)
+    assert (emb.stats.hits, emb.stats.misses) == before
+    assert cost["cost_chunks"] == h.build["n_chunks"] and cost["cost_documents"] == len(h.evalset.documents)
+    assert cost["cold_index_s"] == pytest.approx(cost["cold_chunking_s"] + cost["cold_embed_s"])
