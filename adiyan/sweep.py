@@ -2003,8 +2003,8 @@ def storage_report(settings, evalset=None, *, embedder=None, k: int = 10) -> dic
     and ``store.indexing_threshold_kb`` (set it to 1 so a small collection is indexed and
     quantized at all). ``engine_recall@10`` is the overlap of the engine's top 10 (HNSW, with
     int8 codes and ``store.quantization_rescore``) with the exact float32 top 10 computed in
-    NumPy from the stored vectors; the disk figures are the shard's segment files (vectors,
-    payload, HNSW graph, int8 codes; the write-ahead log is preallocated and left out). The
+    NumPy from the stored vectors; the disk figures are the shard's files by part (float32
+    matrix, int8 codes, HNSW graph, and all segment files, many of them preallocated). The
     seed's arithmetic, 4 bytes a component (768 x 4 = 3 KB a vector, 1M chunks ~ 3 GB), is given
     beside it per width, and the same for int8 (1 byte a component).
     """
@@ -2030,7 +2030,8 @@ def storage_report(settings, evalset=None, *, embedder=None, k: int = 10) -> dic
             "bytes_per_vector": per_vec, "float32_bytes_per_vector": 4 * dim, "int8_bytes_per_vector": dim,
             "projected_1M_chunks_gb": per_vec * 1_000_000 / 1e9,
             "projected_1M_chunks_float32_gb": 4 * dim * 1_000_000 / 1e9,
-            "disk_segments_kb": usage.get("segments", 0) / 1024, "disk_quantized_kb": usage.get("quantized", 0) / 1024,
+            "disk_segments_kb": usage.get("segments", 0) / 1024, "disk_dense_vectors_kb": usage.get("dense_vectors", 0) / 1024,
+            "disk_quantized_kb": usage.get("quantized", 0) / 1024, "disk_hnsw_kb": usage.get("hnsw", 0) / 1024,
             "quantized_built": float(usage.get("quantized", 0) > 0), "per_question_engine_recall": recall}
 
 

@@ -200,24 +200,36 @@ class EdgeStore:
         return qe.SearchParams(hnsw_ef=ef, exact=exact, quantization=quant)
 
     def disk_usage(self, name: str) -> dict[str, int]:
-        """Bytes on disk of the collection's shard: ``segments`` (vectors, payload, indexes),
-        of which ``quantized`` (int8 codes), and the write-ahead log ``wal`` (preallocated in
-        fixed-size files, so it says little about the data)."""
+        """Bytes on disk of the collection's shard, by part.
+
+        ``segments`` is everything under ``segments/`` (much of it preallocated pages for
+        payloads, sparse vectors and deletion flags, so it says little at small sizes);
+        ``dense_vectors`` the float32 matrix files, ``quantized`` the int8 codes, ``hnsw`` the
+        dense vectors' graph; ``wal`` the write-ahead log (preallocated in fixed-size files).
+        """
         root = self.root / name
-        out = {"segments": 0, "quantized": 0, "wal": 0}
+        out = {"segments": 0, "dense_vectors": 0, "quantized": 0, "hnsw": 0, "wal": 0}
         if not root.is_dir():
             return out
         for f in root.rglob("*"):
             if not f.is_file():
                 continue
-            part = f.relative_to(root).parts[0]
+            parts = f.relative_to(root).parts
             size = f.stat().st_size
-            if part == "wal":
+            if parts[0] == "wal":
                 out["wal"] += size
-            elif part == "segments":
-                out["segments"] += size
+                continue
+            if parts[0] != "segments":
+                continue
+            out["segments"] += size
+            sub = parts[2] if len(parts) > 2 else ""
+            if sub == "vector_storage":
                 if f.name.startswith("quantized"):
                     out["quantized"] += size
+                elif "deleted" not in parts and not f.name.endswith((".json", "status.dat")):
+                    out["dense_vectors"] += size
+            elif sub == "vector_index":
+                out["hnsw"] += size
         return out
 
     def sparse_search(self, name: str, query: Sparse, limit: int, *, flt: Filter | None = None) -> list[Hit]:
