@@ -5,10 +5,13 @@ Runs ``python -m adiyan.cli --set paths.data_dir=<tmp>/data --set paths.reports_
 adiyan_full, answers by the embedded LLM, the judge on a sample, the incidents) with every cache
 cold, and measures its peak resident set size two ways:
 
-- ``ru_maxrss`` from ``os.wait4()`` on that child: the kernel's high-water mark of the child
-  (and of any descendants it waited for), exact;
-- psutil polling every 0.1 s of the child and all its descendants, summed: catches concurrent
-  helper processes, at the cost of missing a peak shorter than the interval.
+- psutil polling every 0.1 s of the child and all its descendants, summed (the reported
+  ``peak_rss_mib``): catches concurrent helper processes, at the cost of missing a peak shorter
+  than the interval;
+- ``ru_maxrss`` from ``os.wait4()`` on that child, kept as an upper bound only: Linux copies the
+  parent's high-water mark into a forked child, so a child of a big process (``invoke bench``
+  runs this after other suites) reports at least the parent's peak (seen: the 10-second
+  models-only reference reported the same 1,733 MiB as the whole eval).
 
 The reference, measured the same way in the same run, is a process that only imports the
 package and loads the models the mode needs (embedder; plus the LLM and judge for the full
@@ -103,12 +106,12 @@ def run(fast: bool = False, progress: bool = True) -> dict:
             print(f"[eval_memory] reference: models only ({mode})", flush=True)
         reference = measure([sys.executable, "-c", MODELS_ONLY, *sets])
         if progress:
-            print(f"  {reference['peak_rss_mib_wait4']} MiB in {reference['seconds']}s", flush=True)
+            print(f"  {reference['peak_rss_mib_psutil_tree']} MiB in {reference['seconds']}s", flush=True)
             print(f"[eval_memory] {' '.join(cli[1:])}", flush=True)
         ev = measure(cli)
         if progress:
-            print(f"  exit {ev['exit_code']}, {ev['peak_rss_mib_wait4']} MiB (psutil tree "
-                  f"{ev['peak_rss_mib_psutil_tree']}) in {ev['seconds']}s", flush=True)
+            print(f"  exit {ev['exit_code']}, {ev['peak_rss_mib_psutil_tree']} MiB (psutil tree; wait4 upper bound "
+                  f"{ev['peak_rss_mib_wait4']}) in {ev['seconds']}s", flush=True)
     return {
         "benchmark": "eval_peak_memory", "mode": mode,
         "measured": ("default config (adiyan_full, generation by the embedded LLM, judge sample, incidents), "
@@ -118,8 +121,11 @@ def run(fast: bool = False, progress: bool = True) -> dict:
         "command": "python -m adiyan.cli " + " ".join(f"--set {s.replace(tmp, '<tmp>')}" for s in sets) + " eval --quiet",
         "eval": ev,
         "reference_models_only": reference,
-        "ratio_eval_to_models_only_peak": round(ev["peak_rss_mib_wait4"] / reference["peak_rss_mib_wait4"], 2),
-        "eval_minus_models_only_mib": round(ev["peak_rss_mib_wait4"] - reference["peak_rss_mib_wait4"], 1),
+        # psutil's sampled tree peak is the figure: wait4's ru_maxrss of a child starts from the
+        # parent's high-water mark at fork time (Linux copies it), so it is only an upper bound
+        "peak_rss_mib": ev["peak_rss_mib_psutil_tree"],
+        "ratio_eval_to_models_only_peak": round(ev["peak_rss_mib_psutil_tree"] / reference["peak_rss_mib_psutil_tree"], 2),
+        "eval_minus_models_only_mib": round(ev["peak_rss_mib_psutil_tree"] - reference["peak_rss_mib_psutil_tree"], 1),
         "machine": machine(),
     }
 

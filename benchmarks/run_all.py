@@ -53,7 +53,7 @@ def _headline(name: str, r: dict) -> dict:
                     "reeval_cold_to_warm": r["reeval"]["ratio_cold_to_warm"],
                     "reeval_cold_to_warm_embedding_cache_only": r["reeval"]["ratio_cold_to_warm_embedding_cache_only"]}
         if name == "memory":
-            return {"mode": r["mode"], "peak_rss_mib": r["eval"]["peak_rss_mib_wait4"],
+            return {"mode": r["mode"], "peak_rss_mib": r["peak_rss_mib"],
                     "ratio_to_models_only": r["ratio_eval_to_models_only_peak"]}
         if name == "sweep_cost":
             return {"single_point_s": r["single_point_s"], "sweep_8_points_s": r["sweep_8_points_s"], "ratio": r["ratio"]}
