@@ -753,7 +753,10 @@ def gather(spec: SweepSpec, points: Sequence[Point], out: Path, *, engine: str =
     code_hash = notebook_code_hash(spec.notebook) if Path(spec.notebook).is_file() else None
     for p in points:
         pdir = out / "points" / p.id
-        row = {"sweep": spec.name, "point_id": p.id, "label": p.label, **p.params}
+        # a parameter some points vary and others take from the spec's fixed overrides: the value
+        # in force, so every row has it (plots and tables compare like with like)
+        fixed = {k: spec.overrides[k] for k in param_cols if k not in p.params and k in (spec.overrides or {})}
+        row = {"sweep": spec.name, "point_id": p.id, "label": p.label, **fixed, **p.params}
         data = None
         if is_complete(pdir) and code_hash and not is_complete(pdir, point_fingerprint(spec, p, code_hash)):
             row["status"] = "stale"
