@@ -17,9 +17,14 @@ cannot be imported. Both sides see the same input:
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
+
+# ranx's numba kernels cast query-id hashes from uint64 to int64 and say so on every first call;
+# the ids are only used as keys, so nothing is lost, and the warning only clutters the summary
+warnings.filterwarnings("ignore", message=".*unsafe cast from uint64 to int64.*")
 
 Qrels = Mapping[str, Mapping[str, int]]
 Run = Mapping[str, Mapping[str, float]]
