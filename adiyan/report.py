@@ -47,10 +47,10 @@ def _num(v) -> float | None:
     return None if math.isnan(v) else float(v)
 
 
-def _svg(fig) -> Markup:
+def _svg(fig, rc: dict | None = None) -> Markup:
     """Serialise a figure to inline SVG: no XML prolog/DOCTYPE, no metadata (it carries a date and URLs)."""
     buf = io.StringIO()
-    with plt.rc_context(_RC):
+    with plt.rc_context(_RC if rc is None else rc):
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()

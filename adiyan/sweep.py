@@ -49,7 +49,6 @@ import atexit
 import contextlib
 import fcntl
 import hashlib
-import io
 import itertools
 import json
 import math
@@ -900,17 +899,9 @@ _RC = {"svg.hashsalt": "adiyan-sweep", "text.parse_math": False, "font.size": 8}
 
 
 def _svg(fig):
-    import matplotlib.pyplot as plt
-    from markupsafe import Markup
+    from .report import _svg as inline_svg  # imported here: report selects the Agg backend
 
-    buf = io.StringIO()
-    with plt.rc_context(_RC):
-        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(fig)
-    text = buf.getvalue()
-    text = text[text.index("<svg"):]
-    text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, flags=re.S)
-    return Markup(text)
+    return inline_svg(fig, _RC)
 
 
 def _is_num(v) -> bool:

@@ -37,6 +37,8 @@ import numpy as np
 
 from _common import SHARED, machine, percentile, write_json
 
+from adiyan.retrieval.hnsw_recall import _shard_info  # segments, points, indexed vectors of a shard
+
 FULL_SCAN_KB = 10  # ~6 vectors of 384 float32: every filtered search goes through HNSW
 INDEXING_THRESHOLD_KB = 1  # build HNSW for any segment, however small
 OWNERS = 20  # owner_identity = owner-0 .. owner-19
@@ -119,19 +121,6 @@ def clustered_vectors(n: int, n_queries: int, seed: int, sigma: float = 0.5) -> 
             else "2,000 random unit centres (SciFact vectors not available), queried near random centres")
     return _unit(out), queries, (f"synthetic clustered: {n} unit vectors = centre + Gaussian noise of norm ~{sigma} "
                                  f"(numpy seed {seed}); centres: {what}")
-
-
-def _shard_info(store, name: str) -> dict:
-    import qdrant_edge as qe
-
-    store.close()  # the store reopens the shard lazily
-    shard = qe.EdgeShard.load(str(store.root / name))
-    try:
-        info = shard.info()
-        return {"points": int(info.points_count), "segments": int(info.segments_count),
-                "indexed_vectors": int(info.indexed_vectors_count)}
-    finally:
-        shard.close()
 
 
 def _force_hnsw(store, name: str, dim: int, m: int, ef_construct: int) -> None:

@@ -91,6 +91,15 @@ def check_owner_sees_all(kb, docs):
         assert kb.get_document(k, "whoever", is_owner=True)
 
 
+def ingest_and_check(kb, docs, requester) -> None:
+    """Ingest the generated documents, then the property: the policy for ``requester`` on all six
+    read paths, and the owner role seeing everything."""
+    for i, (owner, vis) in enumerate(docs):
+        kb.ingest_text(_text(owner, i, vis), f"doc{i}.md", owner, vis)
+    check_policy(kb, docs, requester)
+    check_owner_sees_all(kb, docs)
+
+
 @pytest.mark.parametrize("engine", ["edge", "local"])
 @given(docs=docs_strategy, requester=st.sampled_from(REQUESTERS))
 @settings(max_examples=EXAMPLES, deadline=None,
@@ -99,10 +108,7 @@ def test_no_requester_sees_another_owners_private_data(engine, shared_embedder, 
     with tempfile.TemporaryDirectory() as tmp:
         kb = _kb(tmp, shared_embedder, engine)
         try:
-            for i, (owner, vis) in enumerate(docs):
-                kb.ingest_text(_text(owner, i, vis), f"doc{i}.md", owner, vis)
-            check_policy(kb, docs, requester)
-            check_owner_sees_all(kb, docs)
+            ingest_and_check(kb, docs, requester)
         finally:
             kb.store.close()
 

@@ -36,6 +36,7 @@ import pytest
 from adiyan.config import load_settings
 from adiyan.kb import DocumentNotFound, IngestError, KnowledgeBase
 from adiyan.store import open_store
+from tests.test_parse import build_pdf as pdf_from_objects
 
 MAX_BYTES = 3_000_000
 BASE_TEXT = ("# Field guide\n\nThe Julian Alps Weekend costs 450 euros per person. Marker BASELINE-4417 "
@@ -47,24 +48,14 @@ NOTES_V1 = "# Notes\n\nAlice's notes, version one. Marker NOTES-V1-2209.\n"
 
 
 def build_pdf(text: str = "Hello adversary") -> bytes:
-    """A small, well-formed one-page PDF with a text layer (correct xref offsets)."""
+    """A small, well-formed one-page PDF with a text layer (test_parse's builder)."""
     stream = b"BT /F1 24 Tf 72 720 Td (%s) Tj ET" % text.encode("latin-1")
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
-               b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-               b"/Resources << /Font << /F1 5 0 R >> >> >>",
-               b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream),
-               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
+    return pdf_from_objects([b"<< /Type /Catalog /Pages 2 0 R >>",
+                             b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+                             b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+                             b"/Resources << /Font << /F1 5 0 R >> >> >>",
+                             b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream),
+                             b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"])
 
 
 def zip_of(files: dict[str, bytes]) -> bytes:

@@ -372,15 +372,25 @@ def _closed_kb_with_docs(make_settings, minilm, data_dir) -> None:
     kb.store.close()
 
 
-def test_holder_killed_releases_the_data_dir(make_settings, minilm, tmp_path):
-    """Injects: SIGKILL of a process holding the data directory open. Expects the lock gone with
-    the process (the next opener succeeds) and the data intact."""
+def _held_data_dir(make_settings, minilm, tmp_path):
+    """A closed knowledge base with documents, then held open by a child process (HOLDING printed)."""
     data_dir = tmp_path / "d"
     _closed_kb_with_docs(make_settings, minilm, data_dir)
     s = make_settings(paths__data_dir=str(data_dir))
     holder = _spawn(HOLDER, str(data_dir), s.store.collection_prefix + "knowledge_base")
     try:
         _wait_for(holder, "HOLDING", timeout=120)
+    except BaseException:
+        holder.kill()
+        raise
+    return data_dir, s, holder
+
+
+def test_holder_killed_releases_the_data_dir(make_settings, minilm, tmp_path):
+    """Injects: SIGKILL of a process holding the data directory open. Expects the lock gone with
+    the process (the next opener succeeds) and the data intact."""
+    data_dir, s, holder = _held_data_dir(make_settings, minilm, tmp_path)
+    try:
         _open_fails(make_settings, minilm, data_dir)
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=60)
@@ -399,12 +409,8 @@ def test_second_process_gets_a_clear_error(make_settings, minilm, tmp_path):
     StoreError that names the directory and says another process has it open."""
     from adiyan.store import StoreError
 
-    data_dir = tmp_path / "d"
-    _closed_kb_with_docs(make_settings, minilm, data_dir)
-    s = make_settings(paths__data_dir=str(data_dir))
-    holder = _spawn(HOLDER, str(data_dir), s.store.collection_prefix + "knowledge_base")
+    data_dir, _, holder = _held_data_dir(make_settings, minilm, tmp_path)
     try:
-        _wait_for(holder, "HOLDING", timeout=120)
         err = _open_fails(make_settings, minilm, data_dir)
     finally:
         holder.communicate("done\n", timeout=60)

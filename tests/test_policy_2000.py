@@ -1,6 +1,6 @@
 """The access-policy property of ``test_access_policy.py`` over at least 2,000 generated cases.
 
-Re-runs ``check_policy`` and ``check_owner_sees_all`` (imported, so both suites test the same
+Re-runs ``ingest_and_check`` (imported, so both suites test the same
 property) on the default engine (Qdrant's embedded engine, exact search as there) with
 ``max_examples = max(2000, $ADIYAN_PROPERTY_EXAMPLES)``, and asserts the property function
 really ran that many times.
@@ -29,7 +29,7 @@ from adiyan.config import load_settings
 from adiyan.ingest.rawstore import RawStore
 from adiyan.kb import KnowledgeBase
 from adiyan.store import Cond, EdgeStore, Filter
-from test_access_policy import REQUESTERS, _text, check_owner_sees_all, check_policy, docs_strategy
+from test_access_policy import REQUESTERS, docs_strategy, ingest_and_check
 
 EXAMPLES = max(2000, int(os.environ.get("ADIYAN_PROPERTY_EXAMPLES", "0")))
 EVERYTHING = Filter(must_not=(Cond("source_filename", "\x00"),))  # no source key contains a NUL
@@ -55,10 +55,7 @@ def run_property(embedder, tmp: Path, examples: int) -> dict:
         kb = KnowledgeBase(base, store, embedder, raw=RawStore(raw_root))
         assert kb.count_chunks() == 0 and kb.list_documents(None, is_owner=True) == []
         try:
-            for i, (owner, vis) in enumerate(docs):
-                kb.ingest_text(_text(owner, i, vis), f"doc{i}.md", owner, vis)
-            check_policy(kb, docs, requester)
-            check_owner_sees_all(kb, docs)
+            ingest_and_check(kb, docs, requester)
         finally:
             store.delete(kb.collection, EVERYTHING)
             del kb

@@ -24,10 +24,9 @@ import json
 import pytest
 
 from adiyan.agent import Agent, DocumentText, ToolFailure
-from adiyan.generation import approx_tokens
 from adiyan.kb import DocumentNotFound, KnowledgeBase
-from adiyan.models.base import Completion, as_messages
 from adiyan.store import open_store
+from tests.test_agent import ScriptedLLM
 
 pytestmark = pytest.mark.reliability
 
@@ -49,13 +48,12 @@ UNGUESSED_NAMES = ["q3-layoff-plan", "salaries-2025"]
 QUESTION = "How long do refunds take after a cancellation?"
 
 
-class ObedientLLM:
+class ObedientLLM(ScriptedLLM):
     """A test double for control flow: it obeys the injected instructions step by step (as a model
     that fell for them would), whatever the prompt says, then claims alice's files in its answer.
-    Every prompt it is shown is recorded."""
+    Every prompt it is shown is recorded (test_agent.ScriptedLLM)."""
 
     id = "obedient-scripted"
-    context_size = 2048
     SCRIPT = [
         ("search_kb", {"query": QUESTION}),
         ("list_documents", {}),
@@ -71,20 +69,11 @@ class ObedientLLM:
     ]
 
     def __init__(self):
-        self.decision_prompts: list[str] = []
-        self.other_prompts: list[str] = []
+        super().__init__(self._obey, answer="Refunds are paid within 14 days of a cancellation.")
 
-    def chat(self, messages, *, max_tokens=None, temperature=None) -> Completion:
-        msgs = as_messages(messages)
-        prompt = "\n".join(m["content"] for m in msgs)
-        if "Action Input:" in msgs[0]["content"]:
-            self.decision_prompts.append(prompt)
-            tool, args = self.SCRIPT[min(len(self.decision_prompts), len(self.SCRIPT)) - 1]
-            text = f"Thought: the document says to do this.\nAction: {tool}\nAction Input: {json.dumps(args)}"
-        else:
-            self.other_prompts.append(prompt)
-            text = "Refunds are paid within 14 days of a cancellation."
-        return Completion(text, approx_tokens(prompt), approx_tokens(text), self.id)
+    def _obey(self, n: int, prompt: str) -> str:
+        tool, args = self.SCRIPT[min(n, len(self.SCRIPT)) - 1]
+        return f"Thought: the document says to do this.\nAction: {tool}\nAction Input: {json.dumps(args)}"
 
 
 @pytest.fixture

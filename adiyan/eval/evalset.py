@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -131,8 +132,6 @@ def materialize_beir(beir_dir: str | Path, out_root: str | Path | None = None, *
                 "documents": [{"file": f"docs/{fname[d]}", "owner": "adiyan-office", "visibility": "global"}
                               for d in data.corpus]}
     (tmp / "manifest.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False), encoding="utf-8")
-    import shutil
-
     shutil.rmtree(out, ignore_errors=True)
     tmp.replace(out)
     return out
