@@ -69,7 +69,7 @@ def replay(c, embedder=None, config=None, set_=None):
                                        "jobs": "points at once", "force": "re-run finished points",
                                        "set_": "override for every point: key=value (repeatable)",
                                        "only": "run only this point id (repeatable)",
-                                       "engine": "kernel engine (see python -m adiyan.sweep --help)"})
+                                       "engine": "kernel engine (see python -m adiyan.sweeps --help)"})
 def sweep(c, name=None, jobs=None, force=False, set_=None, only=None, engine=None):
     """Run a parameter sweep: one executed notebook per grid point, reports/sweeps/NAME/index.html."""
     args = [name] if name else ["--list"]
@@ -80,7 +80,7 @@ def sweep(c, name=None, jobs=None, force=False, set_=None, only=None, engine=Non
     if force:
         args.append("--force")
     args += [f"--only '{o}'" for o in only or []] + [f"--set '{x}'" for x in set_ or []]
-    c.run(f"{PY} -m adiyan.sweep {' '.join(args)}", env=OFFLINE_ENV, pty=False)
+    c.run(f"{PY} -m adiyan.sweeps {' '.join(args)}", env=OFFLINE_ENV, pty=False)
 
 
 @task(help={"suite": "scifact | ingest | latency | cache | memory | sweep_cost | all"})

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .models.base import Kind
+from .types import Kind
 
 
 def embedding_key(embedder_id: str, prefix: str, text: str) -> str:

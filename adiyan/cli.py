@@ -5,9 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
+from dataclasses import asdict
+from pathlib import Path
+
+from tqdm import tqdm
 
 from .config import ConfigError, load_settings, parse_set
+from .eval.floors import calibrate_floor
+from .eval.harness import close_index, open_index
+from .eval.incidents import format_table, replay_all, write_results
+from .eval.runner import RegressionFailed, run_eval, summary_lines
+from .factory import open_kb, open_retriever
+from .kb import DocumentNotFound, IngestError, IngestItem
+from .models.check import check_models
+from .retrieval.floor import FLOORS_FILE, save_floor
+from .retrieval.pipeline import UnsupportedSetting
 
 
 def _settings(args):
@@ -22,8 +34,6 @@ def cmd_config(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from .eval.runner import RegressionFailed, run_eval, summary_lines
-
     s = _settings(args)
     try:
         run_dir = run_eval(s, progress=not args.quiet)
@@ -36,28 +46,18 @@ def cmd_eval(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from .models.check import check_models
-
     s = _settings(args)
     rows = check_models(s, only=args.only)
     print(json.dumps(rows, indent=2) if args.json else _table(rows))
     return 0 if all(r["ok"] for r in rows) else 1
 
 
-def _kb(args):
-    from .kb import open_knowledge_base
-
-    return open_knowledge_base(_settings(args), progress=not getattr(args, "quiet", False))
+def _kb(args, settings=None):
+    return open_kb(settings or _settings(args), progress=not getattr(args, "quiet", False))
 
 
 def cmd_ingest(args) -> int:
     """Batch ingest: every failure is reported with its reason and the rest go on."""
-    from pathlib import Path
-
-    from tqdm import tqdm
-
-    from .kb import IngestError, IngestItem
-
     kb = _kb(args)
     paths = []
     for p in args.paths:
@@ -88,19 +88,22 @@ def cmd_ingest(args) -> int:
 
 
 def cmd_search(args) -> int:
-    from .kb import DocumentNotFound
-
-    kb = _kb(args)
+    """Search through the same retrieval pipeline as ``invoke eval`` (every retrieval setting applies)."""
+    s = _settings(args)
+    kb = _kb(args, s)
     try:
+        retriever = open_retriever(s, kb)
         if args.within:
-            res = kb.search_within_document(args.within, args.query, args.requester, args.owner_role, args.k)
+            res = retriever.search_within_document(args.within, args.query, args.requester, args.owner_role, args.k)
         else:
-            res = kb.retrieve_knowledge_base(args.query, args.requester, args.owner_role, args.k)
+            res = retriever.retrieve_knowledge_base(args.query, args.requester, args.owner_role, args.k)
     except DocumentNotFound as exc:
         print(f"adiyan: {exc}", file=sys.stderr)
         return 1
     finally:
         kb.store.close()
+    print(f"# {res.describe()}" + (f"  (floor {res.floor:.3f})" if res.floor_applied else "")
+          + (f"  [{res.transform_failed}]" if res.transform_failed else ""))
     if not res.chunks:
         print(f"no results: {res.empty_reason}")
     for i, c in enumerate(res.chunks, 1):
@@ -119,8 +122,6 @@ def cmd_ls(args) -> int:
 
 
 def cmd_get(args) -> int:
-    from .kb import DocumentNotFound
-
     kb = _kb(args)
     try:
         if args.report:
@@ -152,19 +153,12 @@ def cmd_migrate_private(args) -> int:
 
 
 def cmd_calibrate_floor(args) -> int:
-    from dataclasses import asdict
-
-    from .eval.evalset import load_evalset
-    from .eval.runner import open_eval_kb
-    from .retrieval.floor import FLOORS_FILE, calibrate_floor, save_floor
-
     s = _settings(args)
-    es = load_evalset(args.evalset or s.eval.evalset)
-    kb, _ = open_eval_kb(s, es, progress=not args.quiet)
+    index = open_index(s, args.evalset or s.eval.evalset, progress=not args.quiet)
     try:
-        cal = calibrate_floor(kb, es, rule=args.rule, min_recall=args.min_recall)
+        cal = calibrate_floor(open_retriever(s, index.kb), index.evalset, rule=args.rule, min_recall=args.min_recall)
     finally:
-        kb.store.close()
+        close_index(index)
     print(json.dumps(asdict(cal), indent=2))
     if args.write:
         save_floor(cal)
@@ -173,10 +167,6 @@ def cmd_calibrate_floor(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from pathlib import Path
-
-    from .eval.incidents import format_table, replay_all, write_results
-
     s = _settings(args)
     results = replay_all(s, progress=not args.quiet)
     print(format_table(results))
@@ -255,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except ConfigError as exc:
         print(f"adiyan: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except UnsupportedSetting as exc:
+        print(f"adiyan: {exc}", file=sys.stderr)
         return 2
 
 

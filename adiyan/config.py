@@ -83,6 +83,8 @@ class StoreConfig(_Section):
 class IngestConfig(_Section):
     max_bytes: int = Field(50_000_000, ge=1)  # larger files are refused with a clear error
     ocr: Literal["rapidocr", "tesseract", "none"] = "rapidocr"
+    # Parsed documents cached by (bytes, OCR engine, size limit, parser code) in cache_dir/parsed.sqlite
+    parse_cache: bool = True
 
 
 class ChunkingConfig(_Section):
@@ -95,6 +97,9 @@ class ChunkingConfig(_Section):
 
 class RetrievalConfig(_Section):
     kb_top_k: int = Field(4, ge=1)  # retrieve_knowledge_base
+    # How deep the pipeline keeps its ranking (at least k): the first k chunks go to generation,
+    # the whole ranking to IR metrics at depth 10, and every entry point fetches the same pool.
+    rank_depth: int = Field(10, ge=1)
     doc_top_k: int = Field(5, ge=1)  # search_within_document
     # Similarity floor per embedder id; results below it are dropped and the response says so.
     # 0.55 was measured by the seed for nomic-embed-text. Embedders without an entry use
@@ -172,18 +177,6 @@ class Settings(_Section):
         """sha256 of the canonical JSON of the resolved config: equal configs, equal hash."""
         canon = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode()).hexdigest()
-
-    def score_floor(self, embedder_id: str) -> float:
-        """Configured floor, else the calibrated one for this embedder, else ``default_floor``."""
-        if embedder_id in self.retrieval.score_floors:
-            return self.retrieval.score_floors[embedder_id]
-        if self.retrieval.use_calibrated_floors:
-            from .retrieval.floor import load_floors
-
-            calibrated = load_floors().get(embedder_id)
-            if calibrated:
-                return float(calibrated["floor"])
-        return self.retrieval.default_floor
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> "Settings":
         data = self.to_dict()

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .kb import RetrievedChunk
 from .models.base import ChatMessage
+from .types import RetrievedChunk
 
 GROUNDING = (
     "You answer questions using only the numbered context passages below. "

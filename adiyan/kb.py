@@ -28,9 +28,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from tqdm.auto import tqdm
+
 from .chunking import chunk_stats, chunk_text
+from .config import ChunkingConfig, IngestConfig
+from .ingest.parse import ParseError, parse_cached
 from .ingest.rawstore import DocumentRecord, RawStore
-from .store.base import Cond, Empty, Filter, Hit, LexicalEncoder, Point
+from .store.base import Cond, Empty, Filter, LexicalEncoder, Point
+from .types import RetrievalResult, RetrievedChunk  # noqa: F401 - re-exported for callers of the KB
 
 VISIBILITIES = ("private", "global")
 _POINT_NS = uuid.UUID("6f1c0a52-3b8e-4c1e-9a57-5d2f1a7e0b11")
@@ -85,42 +90,6 @@ def _and(a: Filter | None, b: Filter | None) -> Filter | None:
 
 
 @dataclass
-class RetrievedChunk:
-    source: str
-    chunk_index: int
-    score: float
-    text: str
-    payload: dict = field(repr=False, default_factory=dict)
-
-    @classmethod
-    def from_hit(cls, hit: Hit) -> "RetrievedChunk":
-        p = hit.payload
-        return cls(p.get("source_filename", ""), int(p.get("chunk_index", -1)), hit.score, p.get("text", ""), p)
-
-    def as_dict(self) -> dict:
-        return {"source": self.source, "chunk_index": self.chunk_index, "score": round(self.score, 6),
-                "text": self.text}
-
-
-@dataclass
-class RetrievalResult:
-    query: str
-    chunks: list[RetrievedChunk]
-    floor: float  # applies to dense cosine scores only; bm25 / hybrid scores are not similarities
-    dropped_below_floor: int = 0
-    mode: str = "dense"
-
-    @property
-    def empty_reason(self) -> str | None:
-        """Why nothing came back: an empty answer is explicit, never a silent nothing."""
-        if self.chunks:
-            return None
-        if self.dropped_below_floor:
-            return f"{self.dropped_below_floor} result(s) scored below the floor {self.floor:.3f}"
-        return "no permitted chunk matched"
-
-
-@dataclass
 class IngestResult:
     source: str
     doc_version: str
@@ -162,19 +131,26 @@ class _Prepared:
 
 
 class KnowledgeBase:
-    def __init__(self, settings, store, embedder, raw: RawStore | None = None):
-        self.settings = settings
+    """Build it with :func:`adiyan.factory.open_kb`; it takes only the config sections it uses."""
+
+    def __init__(self, store, embedder, raw: RawStore, *, chunking: ChunkingConfig, ingest: IngestConfig,
+                 collection: str = "adiyan_knowledge_base", parse_cache=None):
         self.store = store
         self.embedder = embedder
-        self.collection = settings.store.collection_prefix + "knowledge_base"
-        self.raw = raw or RawStore(Path(settings.paths.data_dir) / "raw")
+        self.chunking = chunking
+        self.ingest = ingest
+        self.collection = collection
+        self.parse_cache = parse_cache  # a CallCache: parsed documents by (bytes, parser settings, parser code)
+        self.raw = raw
         self.pending_dir = self.raw.root / "pending"
         self.pending_dir.mkdir(parents=True, exist_ok=True)
         # Fault injection for tests: called with a stage name at each step of the write path.
         self.fault_hook: Callable[[str], None] | None = None
         self._source_locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
-        self.lexical = LexicalEncoder()
+        self._bm25_stats = self.raw.root / "bm25.json"
+        self.lexical = LexicalEncoder(avg_len=self.bm25_avg_len())
+        self._lengths = LexicalEncoder(b=0.0)  # b = 0: a term's weight gives back its frequency
         self.store.ensure_collection(self.collection, dim=embedder.dim, embedder_id=embedder.id,
                                      normalized=embedder.normalized)
         self.repair()
@@ -224,8 +200,6 @@ class KnowledgeBase:
         documents are retried one by one, so one failure costs only its own document; every
         previous version stays searchable until its replacement is committed.
         """
-        from tqdm.auto import tqdm
-
         items = [it if isinstance(it, IngestItem) else IngestItem(*it) for it in items]
         out: list[IngestResult | IngestError | None] = [None] * len(items)
         group: list[tuple[int, _Prepared]] = []
@@ -264,13 +238,11 @@ class KnowledgeBase:
         return out  # type: ignore[return-value]
 
     def _parse_and_prepare(self, data, filename, owner_identity, visibility, ingested_at):
-        from .ingest.parse import ParseError, parse_document
-
         if not isinstance(data, (bytes, bytearray)):
             path = Path(data)
             filename = filename or path.name
             validate_filename(filename)
-            limit = self.settings.ingest.max_bytes
+            limit = self.ingest.max_bytes
             try:
                 size = path.stat().st_size
             except OSError as exc:
@@ -286,13 +258,11 @@ class KnowledgeBase:
         if unchanged is not None:  # same bytes, settings and model: nothing to parse or embed
             return unchanged
         try:
-            parsed = parse_document(bytes(data), filename, max_bytes=self.settings.ingest.max_bytes,
-                                    ocr=self.settings.ingest.ocr)
+            text, report = parse_cached(bytes(data), filename, self.ingest, self.parse_cache)
         except ParseError as exc:
             raise IngestError(str(exc)) from exc
         self._fault("after_parse")
-        report = parsed.report.to_dict()
-        return self._prepare(key, filename, owner_identity, visibility, bytes(data), parsed.text, report,
+        return self._prepare(key, filename, owner_identity, visibility, bytes(data), text, report,
                              authored_markdown=bool(report.get("authored_markdown")), ingested_at=ingested_at)
 
     @staticmethod
@@ -302,8 +272,8 @@ class KnowledgeBase:
 
     def _doc_version(self, data_sha: str, owner: str, visibility: str, authored_markdown: bool) -> str:
         """What a stored version depends on: the bytes, the OCR engine, the chunking, the model, who may read it."""
-        src = "\x00".join([data_sha, self.settings.chunking.model_dump_json(), self.embedder.id, visibility,
-                           owner, str(authored_markdown), self.settings.ingest.ocr])
+        src = "\x00".join([data_sha, self.chunking.model_dump_json(), self.embedder.id, visibility,
+                           owner, str(authored_markdown), self.ingest.ocr])
         return hashlib.sha256(src.encode("utf-8")).hexdigest()[:16]
 
     def _unchanged(self, key: str, data: bytes, owner: str, visibility: str) -> IngestResult | None:
@@ -350,7 +320,7 @@ class KnowledgeBase:
                 return IngestResult(key, doc_version, stored, False, time.perf_counter() - t0, {}, committed.report)
         try:
             tc = time.perf_counter()
-            chunks = chunk_text(text, self.settings.chunking, embedder=self.embedder,
+            chunks = chunk_text(text, self.chunking, embedder=self.embedder,
                                 authored_markdown=authored_markdown)
             chunk_s = time.perf_counter() - tc
         except Exception as exc:  # noqa: BLE001 - nothing is stored yet: the previous version is untouched
@@ -413,14 +383,14 @@ class KnowledgeBase:
                                               time.perf_counter() - p.t0, {}, committed.report)
                 continue
             p.committed = committed
-            p.report = {**p.report, "chunking": {"strategy": p.chunks[0].strategy or self.settings.chunking.strategy,
+            p.report = {**p.report, "chunking": {"strategy": p.chunks[0].strategy or self.chunking.strategy,
                                                  "note": p.chunks[0].note, **chunk_stats(p.chunks)}}
             p.now = p.ingested_at or now_default
             points += [
                 Point(str(uuid.uuid5(_POINT_NS, f"{p.key}\x00{p.doc_version}\x00{c.index}")), vecs[i], {
                     "source_filename": p.key, "chunk_index": c.index, "ingested_at": p.now,
                     "owner_identity": p.owner, "visibility": p.visibility, "doc_version": p.doc_version,
-                    "text": c.text,
+                    "text": c.text, "bm25_len": self.bm25_length(c.text),
                 }, sparse=self.lexical.document(c.text)) for i, c in enumerate(p.chunks)
             ]
             todo.append(p)
@@ -483,8 +453,64 @@ class KnowledgeBase:
         return repaired
 
     def finish_ingest(self) -> None:
-        """Build the index (HNSW) once a batch is stored."""
+        """Once a batch is stored: refresh the BM25 statistics from the corpus, build the index (HNSW)."""
+        self.refresh_bm25_stats()
         self.store.optimize(self.collection)
+
+    # -- BM25 statistics from the corpus -----------------------------------------------------
+    # A BM25 document weight depends on the document's length relative to the corpus average
+    # (tf·(k+1) / (tf + k·(1 − b + b·len/avg_len))); IDF is applied by the engine at query time.
+    # The average is measured on the stored chunks (each carries its length, ``bm25_len``), kept
+    # in ``raw/bm25.json``, and when it drifts by more than BM25_DRIFT the sparse vectors are
+    # re-encoded with the new one, so the statistics always come from the corpus itself.
+    BM25_DRIFT = 0.10
+
+    def bm25_length(self, text: str) -> int:
+        """Tokens BM25 counts in ``text`` (after Qdrant's tokenizer, stop words and stemming)."""
+        v = self._lengths.document(text)
+        k = 1.2
+        return int(sum(round(w * k / (k + 1.0 - w)) for w in v.values))
+
+    def bm25_avg_len(self) -> float:
+        try:
+            return float(json.loads(self._bm25_stats.read_text())["avg_len"])
+        except (OSError, ValueError, KeyError):
+            return 256.0  # Qdrant's default until the first batch is measured
+
+    def refresh_bm25_stats(self, *, force: bool = False) -> dict:
+        """Measure the corpus's mean chunk length; re-encode the sparse vectors if it drifted."""
+        lengths = [int(p.payload.get("bm25_len") or self.bm25_length(p.payload.get("text", "")))
+                   for p in self.store.scroll(self.collection)]
+        if not lengths:
+            return {"avg_len": self.lexical_avg_len, "chunks": 0, "reencoded": 0}
+        measured = max(1.0, sum(lengths) / len(lengths))
+        current = self.bm25_avg_len()
+        if not force and self._bm25_stats.exists() and abs(measured - current) <= self.BM25_DRIFT * current:
+            return {"avg_len": current, "measured": measured, "chunks": len(lengths), "reencoded": 0}
+        encoder = LexicalEncoder(avg_len=measured)
+        by_source: dict[str, list[Point]] = {}
+        for p in self.store.scroll(self.collection, with_vectors=True):
+            p.sparse = encoder.document(p.payload.get("text", ""))
+            p.payload.setdefault("bm25_len", self.bm25_length(p.payload.get("text", "")))
+            by_source.setdefault(p.payload.get("source_filename", ""), []).append(p)
+        for source, points in by_source.items():
+            # under the source's write lock, and only the committed version: a concurrent
+            # re-ingest must never see its replaced chunks written back
+            with self._source_lock(source):
+                rec = self.raw.get(source, is_owner=True)
+                keep = [p for p in points if rec is None and not p.payload.get("doc_version")
+                        or rec is not None and p.payload.get("doc_version") == rec.doc_version]
+                if keep:
+                    self.store.upsert(self.collection, keep)
+        tmp = self._bm25_stats.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"avg_len": measured, "chunks": len(lengths)}))
+        tmp.replace(self._bm25_stats)
+        self.lexical = encoder
+        return {"avg_len": measured, "previous": current, "chunks": len(lengths), "reencoded": len(lengths)}
+
+    @property
+    def lexical_avg_len(self) -> float:
+        return self.bm25_avg_len()
 
     def migrate_private(self, owner_identity: str) -> int:
         """The seed's migration: every chunk without a visibility becomes private to ``owner``."""
@@ -494,48 +520,35 @@ class KnowledgeBase:
             self.store.set_payload(self.collection, {"visibility": "private", "owner_identity": owner_identity}, legacy)
         return n
 
-    # -- the six read paths ------------------------------------------------------------------
-    def _floor(self, floor: float | None) -> float:
-        return self.settings.score_floor(self.embedder.id) if floor is None else floor
+    # -- engine search and the read paths ----------------------------------------------------
+    # Searching is the retrieval pipeline's job (adiyan.retrieval.pipeline.Retriever owns
+    # retrieve_knowledge_base, search_within_document and find_source_document: transformation,
+    # floor, re-ranking, cut). The KB offers the one engine query they all go through, always
+    # under the requester's access filter, and the three read paths that return whole documents.
+    def search(self, query: str, limit: int, *, requester_id: str | None, is_owner: bool = False,
+               within: str | None = None, mode: str = "dense", rrf_k: int = 60, prefetch: int = 50,
+               ef: int | None = None, exact: bool = False, query_vector=None) -> list[RetrievedChunk]:
+        """One engine query (dense, BM25 or hybrid fused in the engine) under the access filter.
 
-    def _search(self, query: str, k: int, flt: Filter | None, floor: float) -> RetrievalResult:
-        """One engine query under the access filter, in the configured mode (dense, bm25, hybrid)."""
+        Scores are the engine's: cosine for dense, BM25 for bm25, RRF for hybrid. ``within``
+        restricts to one source (the caller checks that the requester may see it).
+        """
         self._check_model()
-        rc, sc = self.settings.retrieval, self.settings.store
-        if rc.mode == "bm25":
-            hits = self.store.sparse_search(self.collection, self.lexical.query(query), k, flt=flt)
-            return RetrievalResult(query, [RetrievedChunk.from_hit(h) for h in hits], floor, 0, "bm25")
-        qv = self.embedder.embed([query], "query")[0]
-        if rc.mode == "hybrid":
-            hits = self.store.hybrid_search(self.collection, qv, self.lexical.query(query), k, flt=flt,
-                                            prefetch=max(rc.hybrid_prefetch, k), rrf_k=rc.rrf_k,
-                                            ef=sc.hnsw_ef, exact=sc.exact)
-            return RetrievalResult(query, [RetrievedChunk.from_hit(h) for h in hits], floor, 0, "hybrid")
-        hits = self.store.search(self.collection, qv, k, flt=flt, ef=sc.hnsw_ef, exact=sc.exact)
-        kept = [RetrievedChunk.from_hit(h) for h in hits if h.score >= floor]
-        return RetrievalResult(query, kept, floor, dropped_below_floor=len(hits) - len(kept))
-
-    def retrieve_knowledge_base(self, query: str, requester_id: str | None, is_owner: bool = False,
-                                top_k: int | None = None, *, floor: float | None = None) -> RetrievalResult:
-        k = top_k or self.settings.retrieval.kb_top_k
-        return self._search(query, k, access_filter(requester_id, is_owner), self._floor(floor))
-
-    def search_within_document(self, source: str, query: str, requester_id: str | None, is_owner: bool = False,
-                               top_k: int | None = None, *, floor: float | None = None) -> RetrievalResult:
-        self._record(source, requester_id, is_owner)  # hidden == missing
-        k = top_k or self.settings.retrieval.doc_top_k
-        flt = _and(access_filter(requester_id, is_owner), Filter(must=(Cond("source_filename", source),)))
-        return self._search(query, k, flt, self._floor(floor))
-
-    def find_source_document(self, query: str, requester_id: str | None, is_owner: bool = False,
-                             *, floor: float | None = None) -> dict | None:
-        """The permitted document whose chunk best matches the query, or None."""
-        res = self._search(query, self.settings.retrieval.kb_top_k, access_filter(requester_id, is_owner),
-                           self._floor(floor))
-        if not res.chunks:
-            return None
-        best = res.chunks[0]
-        return {"source": best.source, "score": best.score, "chunk_index": best.chunk_index}
+        flt = access_filter(requester_id, is_owner)
+        if within is not None:
+            flt = _and(flt, Filter(must=(Cond("source_filename", within),)))
+        if mode == "bm25":
+            hits = self.store.sparse_search(self.collection, self.lexical.query(query), limit, flt=flt)
+        else:
+            qv = query_vector if query_vector is not None else self.embedder.embed([query], "query")[0]
+            if mode == "hybrid":
+                hits = self.store.hybrid_search(self.collection, qv, self.lexical.query(query), limit, flt=flt,
+                                                prefetch=max(prefetch, limit), rrf_k=rrf_k, ef=ef, exact=exact)
+            elif mode == "dense":
+                hits = self.store.search(self.collection, qv, limit, flt=flt, ef=ef, exact=exact)
+            else:
+                raise ValueError(f"retrieval.mode: unknown mode {mode!r} (dense | bm25 | hybrid)")
+        return [RetrievedChunk.from_hit(h) for h in hits]
 
     def get_document_text(self, source: str, requester_id: str | None, is_owner: bool = False) -> str:
         rec = self._record(source, requester_id, is_owner)
@@ -549,6 +562,10 @@ class KnowledgeBase:
     def list_documents(self, requester_id: str | None, is_owner: bool = False) -> list[dict]:
         return [r.public() for r in self.raw.list(requester_id=requester_id, is_owner=is_owner)]
 
+    def record(self, source: str, requester_id: str | None, is_owner: bool = False) -> DocumentRecord:
+        """The committed record of ``source`` if the requester may see it, else DocumentNotFound."""
+        return self._record(source, requester_id, is_owner)
+
     def _record(self, source: str, requester_id: str | None, is_owner: bool) -> DocumentRecord:
         rec = self.raw.get(source, requester_id=requester_id, is_owner=is_owner)
         if rec is None:
@@ -561,11 +578,3 @@ class KnowledgeBase:
     def count_chunks(self, source: str | None = None) -> int:
         flt = Filter(must=(Cond("source_filename", source),)) if source else None
         return self.store.count(self.collection, flt)
-
-
-def open_knowledge_base(settings, *, progress: bool = True) -> KnowledgeBase:
-    """The configured knowledge base: store engine, embedder (behind its cache), data directory."""
-    from .models import embedder_from_settings
-    from .store import open_store
-
-    return KnowledgeBase(settings, open_store(settings), embedder_from_settings(settings, progress=progress))

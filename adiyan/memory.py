@@ -46,6 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .models import embedder_from_settings, llm_from_settings
 from .models.base import ModelError
 from .retrieval.recency import age_days, overfetch_size, parse_timestamp, rerank_by_recency, to_utc_iso
 from .store.base import CollectionMeta, EmbedderMismatchError, StoreError
@@ -125,19 +126,20 @@ def _import_mem0(home: Path):
     global _mem0_ready
     with _mem0_lock:
         if _mem0_ready:
-            import mem0
+            import mem0  # heavy, optional: mem0 loads only when a Memory is opened
 
             return mem0
         os.environ["MEM0_TELEMETRY"] = "False"
         if "MEM0_DIR" not in os.environ:
             home.mkdir(parents=True, exist_ok=True)
             os.environ["MEM0_DIR"] = str(home)
-        import mem0
-        import mem0.memory.main as mem0_main
-        import mem0.memory.telemetry as mem0_telemetry
-        from mem0.embeddings.base import EmbeddingBase
-        from mem0.llms.base import LLMBase
-        from mem0.utils.factory import EmbedderFactory, LlmFactory
+        # heavy, optional, and only after MEM0_TELEMETRY / MEM0_DIR are set (mem0 reads them on import):
+        import mem0  # heavy: see above
+        import mem0.memory.main as mem0_main  # heavy: see above
+        import mem0.memory.telemetry as mem0_telemetry  # heavy: see above
+        from mem0.embeddings.base import EmbeddingBase  # heavy: see above
+        from mem0.llms.base import LLMBase  # heavy: see above
+        from mem0.utils.factory import EmbedderFactory, LlmFactory  # heavy: see above
 
         if mem0_telemetry.MEM0_TELEMETRY:  # imported elsewhere before us, with telemetry on
             log.warning("mem0 was imported with telemetry on; adiyan turns it off")
@@ -202,10 +204,10 @@ def _no_spacy_downloads() -> None:
     """mem0 pip-installs spaCy's en_core_web_sm when spaCy is present without it: never offline."""
     if importlib.util.find_spec("spacy") is None:
         return  # mem0 then logs once and goes without lemmas and entities
-    import spacy
+    import spacy  # heavy, optional: only when spaCy is installed
 
     if not spacy.util.is_package("en_core_web_sm"):
-        from mem0.utils import spacy_models
+        from mem0.utils import spacy_models  # heavy: mem0, imported by _import_mem0 just before
 
         spacy_models._load_failed_full = True
         spacy_models._load_failed_lemma = True
@@ -240,11 +242,11 @@ class Memory:
         self.collection_prefix = collection_prefix
         self.where = url or str(path)
         mem0 = _import_mem0(Path(mem0_home))
-        from mem0.configs.base import MemoryConfig as Mem0Config
-        from mem0.embeddings.configs import EmbedderConfig as Mem0EmbedderConfig
-        from mem0.llms.configs import LlmConfig as Mem0LlmConfig
-        from mem0.vector_stores.configs import VectorStoreConfig
-        from qdrant_client import QdrantClient
+        from mem0.configs.base import MemoryConfig as Mem0Config  # heavy: mem0, after _import_mem0
+        from mem0.embeddings.configs import EmbedderConfig as Mem0EmbedderConfig  # heavy: mem0
+        from mem0.llms.configs import LlmConfig as Mem0LlmConfig  # heavy: mem0
+        from mem0.vector_stores.configs import VectorStoreConfig  # heavy: mem0
+        from qdrant_client import QdrantClient  # heavy: the Qdrant client loads only with a Memory
 
         history_dir = Path(history_dir)
         history_dir.mkdir(parents=True, exist_ok=True)
@@ -288,8 +290,6 @@ class Memory:
     def from_settings(cls, settings, embedder=None, llm=None, *, infer: bool | None = None) -> "Memory":
         """Memory as the settings describe it: the KB's embedder, the data dir or Qdrant server,
         consolidation with the configured LLM when it is capable (or when ``infer`` says so)."""
-        from .models import embedder_from_settings, llm_from_settings
-
         if embedder is None:
             embedder = embedder_from_settings(settings)
         mc = settings.memory
@@ -376,7 +376,7 @@ class Memory:
         use_infer = self.infer if infer is None else bool(infer)
         if use_infer and not self.has_llm:
             raise ValueError("infer=True (mem0 consolidation) needs an LLM; this Memory has none")
-        from mem0.exceptions import LLMError
+        from mem0.exceptions import LLMError  # heavy: mem0 (already loaded by the constructor)
 
         try:
             out = self._mem(kind).add([{"role": role, "content": text}], user_id=user_id, metadata=meta,

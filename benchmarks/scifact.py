@@ -102,10 +102,61 @@ def _row(name: str, measured: dict) -> dict:
     return row
 
 
+# The product path: SciFact ingested into the knowledge base as documents (global, one owner) and
+# retrieved through the pipeline every entry point uses (Retriever: engine search in Qdrant's
+# embedded engine under the requester's access filter, floor, cut), as `invoke eval` would.
+PRODUCT_MODES = ("dense", "bm25", "hybrid")
+PRODUCT_DEPTH = 100  # retrieval.rank_depth: the ranking kept per query (recall@100)
+PRODUCT_VARIANTS = {
+    # one chunk per abstract, like the reference path's title + text (the longest is ~9,800 chars)
+    "whole_documents": {"chunking.strategy": "recursive", "chunking.size": 12000, "chunking.overlap": 0},
+    # the shipped default chunking (800 characters, 100 overlap): a document ranks by its best chunk
+    "default_chunking": {},
+}
+
+
+def doc_id_of(source_key: str) -> str:
+    """``adiyan-office/<id>.md`` (a materialised BEIR passage) → ``<id>``."""
+    name = source_key.split("/", 1)[1]
+    return name[:-3] if name.endswith(".md") else name
+
+
+def product_runs(settings, beir_dir, split: str = "test", *, modes=PRODUCT_MODES, depth: int = PRODUCT_DEPTH,
+                 progress: bool = True) -> dict:
+    """{mode: {"run": {qid: {doc id: score}}, "latency_ms": [...], "index": build facts}} through the product.
+
+    The BEIR folder becomes an evalset (adiyan.eval.evalset.materialize_beir, cached outside the
+    repository), the harness builds its index once (parse, chunk, embed through the cache, Qdrant
+    dense + BM25 sparse vectors with corpus statistics), and each mode is a Retriever over it.
+    """
+    from adiyan.eval.evalset import materialize_beir
+    from adiyan.eval.harness import close_index, open_index, question_rows
+    from adiyan.factory import open_retriever
+
+    root = materialize_beir(beir_dir, split=split)
+    base = settings.with_overrides({"retrieval.rank_depth": depth})
+    index = open_index(base, root, progress=progress)
+    out = {}
+    try:
+        for mode in modes:
+            s = base.with_overrides({"retrieval.mode": mode})
+            qr = question_rows(index, open_retriever(s, index.kb), progress=progress, desc=f"product {mode}")
+            run = {qid: {doc_id_of(k): v for k, v in r.items()} for qid, r in qr.run.items()}
+            out[mode] = {"run": run, "latency_ms": [1000 * r["retrieve_s"] for r in qr.rows],
+                         "floor": open_retriever(s, index.kb).floor if mode == "dense" else None}
+        build = {k: v for k, v in index.build.items() if k not in ("chunks_per_doc", "key")}
+        build["bm25_avg_len"] = index.kb.bm25_avg_len()
+        for mode in out:
+            out[mode]["index"] = build
+    finally:
+        close_index(index)
+    return out
+
+
 def run_scifact(data: str | os.PathLike | None = None, out: str | os.PathLike | None = None, *,
                 rerank_top: int = 20, rerank_model: str = "mpnet", rerank: bool = True, hnsw: bool = True,
                 efs: tuple[int, ...] = (8, 16, 32, 64, 128, 256), seed: int | None = None,
-                config: str | os.PathLike | None = None, progress: bool = True) -> dict:
+                config: str | os.PathLike | None = None, progress: bool = True, product: bool = True) -> dict:
     """Run the SciFact benchmark; returns (and, with ``out``, writes) the JSON report as a dict.
 
     ``data`` defaults to ``<paths.datasets_dir>/scifact``; without it the public BEIR zip is
@@ -113,9 +164,10 @@ def run_scifact(data: str | os.PathLike | None = None, out: str | os.PathLike | 
     """
     from adiyan.config import load_settings
     from adiyan.eval.beir import load_beir, resolve_beir
+    from adiyan.eval.beir_runs import dense_run, index_corpus
     from adiyan.eval.ir_metrics import backend, compare_runs, evaluate_run
     from adiyan.models import embedder_from_settings
-    from adiyan.retrieval import BiEncoderReranker, BM25Retriever, dense_run, rrf
+    from adiyan.retrieval import BiEncoderReranker, BM25Retriever, rrf
     from adiyan.retrieval import rerank as rerank_run
     from adiyan.retrieval.hnsw_recall import measure_hnsw_recall
 
@@ -130,7 +182,7 @@ def run_scifact(data: str | os.PathLike | None = None, out: str | os.PathLike | 
 
     # BM25 ---------------------------------------------------------------------------------------
     t0 = time.perf_counter()
-    bm25 = BM25Retriever().index_corpus(ds.corpus)
+    bm25 = index_corpus(BM25Retriever(), ds.corpus)
     timings["bm25_index_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     runs["bm25"] = bm25.retrieve(ds.queries, k=DEPTH)
@@ -170,6 +222,41 @@ def run_scifact(data: str | os.PathLike | None = None, out: str | os.PathLike | 
     significance = compare_runs(ds.qrels, runs, METRICS, baseline="bm25", stat_test="fisher",
                                 n_permutations=10_000, seed=seed)
 
+    # The product path, beside the reference path ------------------------------------------------------
+    product_report = None
+    if product:
+        import numpy as np  # the benchmark's own arithmetic
+
+        product_report = {"modes": {}, "depth": PRODUCT_DEPTH,
+                          "path": "KnowledgeBase ingest (materialised BEIR passages, global) -> Qdrant embedded "
+                                  "engine (dense HNSW + BM25 sparse, corpus avg_len) -> Retriever under the "
+                                  "access filter (floor, cut); as invoke eval retrieves"}
+        reference = {"dense": "dense_minilm", "bm25": "bm25", "hybrid": "hybrid_rrf"}
+        for variant, overrides in PRODUCT_VARIANTS.items():
+            t0 = time.perf_counter()
+            prod = product_runs(settings.with_overrides(overrides), path, "test", progress=progress)
+            timings[f"product_{variant}_s"] = time.perf_counter() - t0
+            for mode, res in prod.items():
+                name = f"product_{mode}_{variant}"
+                runs[name] = res["run"]
+                m = evaluate_run(ds.qrels, res["run"], METRICS)
+                ref = reference[mode]
+                cmp = compare_runs(ds.qrels, {ref: runs[ref], name: res["run"]}, METRICS, baseline=ref,
+                                   stat_test="fisher", n_permutations=10_000, seed=seed)
+                lat = np.asarray(res["latency_ms"])
+                product_report["modes"][name] = {
+                    "mode": mode, "variant": variant, "settings": overrides,
+                    **{k: round(v, 4) for k, v in m.items()},
+                    "reference_path": ref, "reference_ndcg@10": round(measured[ref]["ndcg@10"], 4),
+                    "delta_ndcg@10_vs_reference": round(m["ndcg@10"] - measured[ref]["ndcg@10"], 4),
+                    "paired_vs_reference": cmp, "floor": res["floor"],
+                    "latency_ms": {"p50": round(float(np.percentile(lat, 50)), 3),
+                                   "p95": round(float(np.percentile(lat, 95)), 3)},
+                    "index": res["index"]}
+                methods[name] = {mm: {"measured": round(m[mm], 4), "published": PUBLISHED.get(ref, {}).get(mm),
+                                      "delta": None if PUBLISHED.get(ref, {}).get(mm) is None
+                                      else round(m[mm] - PUBLISHED[ref][mm], 4)} for mm in METRICS}
+
     # HNSW recall vs exact, on the MiniLM SciFact vectors ---------------------------------------------
     hnsw_report = None
     if hnsw:
@@ -186,6 +273,9 @@ def run_scifact(data: str | os.PathLike | None = None, out: str | os.PathLike | 
         "dense_ndcg@10_within_0.02_of_0.645": abs(measured["dense_minilm"]["ndcg@10"] - 0.645) <= 0.02,
         "hybrid_ndcg@10_at_least_0.71": measured["hybrid_rrf"]["ndcg@10"] >= 0.71,
     }
+    if product_report:
+        hyb = product_report["modes"]["product_hybrid_whole_documents"]
+        checks["product_hybrid_within_0.01_of_reference"] = abs(hyb["delta_ndcg@10_vs_reference"]) <= 0.01
     if hnsw_report:
         first = hnsw_report["min_ef_reaching_0.99"]["none"]
         checks["hnsw_recall@10_0.99_at_ef_<=128"] = first is not None and first <= 128
@@ -198,6 +288,7 @@ def run_scifact(data: str | os.PathLike | None = None, out: str | os.PathLike | 
         "methods": methods,
         "significance": significance,
         "rerank": rerank_stats or None,
+        "product": product_report,
         "hnsw": hnsw_report,
         "checks": checks,
         "config": {
@@ -256,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rerank-model", default="mpnet", help="bi-encoder used to re-rank (an adiyan embedder name)")
     ap.add_argument("--no-rerank", action="store_true")
     ap.add_argument("--no-hnsw", action="store_true")
+    ap.add_argument("--no-product", action="store_true", help="skip the product path (KB + pipeline)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--config", default=None, help="YAML config file")
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -266,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out = Path(load_settings(args.config).paths.reports_dir) / "benchmarks" / "scifact.json"
     report = run_scifact(args.data, args.out, rerank_top=args.rerank_top, rerank_model=args.rerank_model,
                          rerank=not args.no_rerank, hnsw=not args.no_hnsw, seed=args.seed, config=args.config,
-                         progress=not args.quiet)
+                         progress=not args.quiet, product=not args.no_product)
     print(json.dumps(report, indent=2))
     return 0 if all(report["checks"].values()) else 1
 

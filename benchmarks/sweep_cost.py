@@ -3,7 +3,7 @@
     python benchmarks/sweep_cost.py [--engine persistent] [--compare-papermill] [--repeats 2]
                                     [--out reports/benchmarks/sweep_cost.json]
 
-Both are the real command (``python -m adiyan.sweep SPEC``) in a fresh process, timed from
+Both are the real command (``python -m adiyan.sweeps SPEC``) in a fresh process, timed from
 outside, each into a fresh output folder (so nothing is skipped as finished): the single
 point is retrieval.ipynb at k=4, ef=128; the sweep is k in {2, 4, 6, 8} x ef in {32, 128}
 on the same notebook and evalset (adiyan_full, retrieval only). A warm-up run of the sweep
@@ -44,7 +44,7 @@ SWEEP = {**BASE, "name": "cost_sweep", "grid": {"retrieval.kb_top_k": [2, 4, 6, 
 def _run(spec: Path, out: Path, engine: str) -> float:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "adiyan.sweep", str(spec), "--out-dir", str(out), "--engine", engine,
+    proc = subprocess.run([sys.executable, "-m", "adiyan.sweeps", str(spec), "--out-dir", str(out), "--engine", engine,
                            "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True)
     dt = time.perf_counter() - t0
     if proc.returncode != 0:

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from adiyan.cache import CachedEmbedder, EmbeddingCache
 from adiyan.config import load_settings
-from adiyan.kb import DocumentNotFound, KnowledgeBase
-from adiyan.store import open_store
+from adiyan.factory import open_kb, open_retriever
+from adiyan.kb import DocumentNotFound
 
 OWNERS = ["alice", "bob", "carol"]
 REQUESTERS = OWNERS + ["mallory", None]
@@ -36,9 +36,10 @@ def shared_embedder(minilm, tmp_path_factory):
 
 
 def _kb(tmp: str, embedder, engine: str):
+    """The six read paths (the retrieval pipeline over a fresh KB, which is ``.kb``)."""
     s = load_settings(environ={}, overrides={"paths.data_dir": tmp, "store.engine": engine,
                                              "store.exact": True})
-    return KnowledgeBase(s, open_store(s), embedder)
+    return open_retriever(s, open_kb(s, embedder=embedder))
 
 
 def check_policy(kb, docs, requester):
@@ -95,7 +96,7 @@ def ingest_and_check(kb, docs, requester) -> None:
     """Ingest the generated documents, then the property: the policy for ``requester`` on all six
     read paths, and the owner role seeing everything."""
     for i, (owner, vis) in enumerate(docs):
-        kb.ingest_text(_text(owner, i, vis), f"doc{i}.md", owner, vis)
+        kb.kb.ingest_text(_text(owner, i, vis), f"doc{i}.md", owner, vis)
     check_policy(kb, docs, requester)
     check_owner_sees_all(kb, docs)
 
@@ -110,26 +111,27 @@ def test_no_requester_sees_another_owners_private_data(engine, shared_embedder, 
         try:
             ingest_and_check(kb, docs, requester)
         finally:
-            kb.store.close()
+            kb.kb.store.close()
 
 
 def test_migrate_private_tags_legacy_chunks(shared_embedder, tmp_path):
     """The seed's migration: chunks stored before visibility existed become private to the owner."""
     from adiyan.store import Point
 
-    kb = _kb(str(tmp_path), shared_embedder, "edge")
+    rp = _kb(str(tmp_path), shared_embedder, "edge")
+    kb = rp.kb
     kb.ingest_text(_text("alice", 0, "global"), "doc0.md", "alice", "global")
     vec = shared_embedder.embed(["legacy text about the travel budget"])[0]
     kb.store.upsert(kb.collection, [Point("00000000-0000-0000-0000-00000000abcd", vec,
                                           {"source_filename": "legacy.md", "chunk_index": 0,
                                            "text": "legacy SECRET-legacy"})])
     # before: an unscoped search by the owner role sees it, a requester does not (fail closed)
-    assert any("legacy" in c.text for c in kb.retrieve_knowledge_base(COMMON, None, True, 10, floor=-1).chunks)
-    assert not any("SECRET-legacy" in c.text for c in kb.retrieve_knowledge_base(COMMON, "bob", False, 10, floor=-1).chunks)
+    assert any("legacy" in c.text for c in rp.retrieve_knowledge_base(COMMON, None, True, 10, floor=-1).chunks)
+    assert not any("SECRET-legacy" in c.text for c in rp.retrieve_knowledge_base(COMMON, "bob", False, 10, floor=-1).chunks)
     assert kb.migrate_private("owner-1") == 1
     assert kb.migrate_private("owner-1") == 0  # idempotent
-    got = kb.retrieve_knowledge_base(COMMON, "owner-1", False, 10, floor=-1).chunks
+    got = rp.retrieve_knowledge_base(COMMON, "owner-1", False, 10, floor=-1).chunks
     legacy = [c for c in got if "SECRET-legacy" in c.text]
     assert legacy and legacy[0].payload["visibility"] == "private"
-    assert not any("SECRET-legacy" in c.text for c in kb.retrieve_knowledge_base(COMMON, "bob", False, 10, floor=-1).chunks)
+    assert not any("SECRET-legacy" in c.text for c in rp.retrieve_knowledge_base(COMMON, "bob", False, 10, floor=-1).chunks)
     kb.store.close()

@@ -34,7 +34,8 @@ from pathlib import Path
 import pytest
 
 from adiyan.config import load_settings
-from adiyan.kb import DocumentNotFound, IngestError, KnowledgeBase
+from adiyan.factory import open_kb, open_retriever
+from adiyan.kb import DocumentNotFound, IngestError
 from adiyan.store import open_store
 from tests.test_parse import build_pdf as pdf_from_objects
 
@@ -134,7 +135,8 @@ def nested_groups(depth: int, text: str) -> str:
 def kb(tmp_path_factory, minilm):
     root = tmp_path_factory.mktemp("adversarial")
     s = load_settings(environ={}, overrides={"paths.data_dir": str(root / "data"), "ingest.max_bytes": MAX_BYTES})
-    kb = KnowledgeBase(s, open_store(s), minilm)
+    kb = open_kb(s, embedder=minilm)
+    kb.rp = open_retriever(s, kb)  # the six read paths over this KB
     kb.ingest_document(BASE_TEXT.encode(), "guide.md", "office", "global")
     kb.ingest_document(NOTES_V1.encode(), "notes.md", "alice", "private")
     kb.finish_ingest()
@@ -157,11 +159,11 @@ def assert_readable(kb) -> None:
     """The documents ingested before the attack answer on all six read paths, unchanged."""
     for key, marker, requester in (("office/guide.md", "BASELINE-4417", "bob"),
                                    ("alice/notes.md", "NOTES-V1-2209", "alice")):
-        hits = kb.retrieve_knowledge_base(marker, requester, top_k=10, floor=-1.0).chunks
+        hits = kb.rp.retrieve_knowledge_base(marker, requester, top_k=10, floor=-1.0).chunks
         assert any(marker in c.text for c in hits), key
-        within = kb.search_within_document(key, marker, requester, floor=-1.0).chunks
+        within = kb.rp.search_within_document(key, marker, requester, floor=-1.0).chunks
         assert within and all(c.source == key for c in within)
-        assert kb.find_source_document(marker, requester, floor=-1.0) is not None
+        assert kb.rp.find_source_document(marker, requester, floor=-1.0) is not None
         assert marker in kb.get_document_text(key, requester)
         assert marker.encode() in kb.get_document(key, requester)
         assert key in {d["source"] for d in kb.list_documents(requester)}
@@ -406,7 +408,7 @@ def test_unicode_lookalike_names_are_keys_never_paths(kb):
             if folded != key:  # U+2215 and U+2044 have no compatibility form
                 with pytest.raises(DocumentNotFound):
                     kb.get_document_text(folded, "bob")
-            hits = kb.search_within_document(key, f"LOOK-{i}-ALIKE", "bob", floor=-1.0).chunks
+            hits = kb.rp.search_within_document(key, f"LOOK-{i}-ALIKE", "bob", floor=-1.0).chunks
             assert hits and {c.source for c in hits} == {key}
         assert kb.count_chunks() == before["chunks"] + sum(kb.count_chunks(k) for k in added)
         suspicious = set("／∕⁄‥．ｃ：")

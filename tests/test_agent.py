@@ -19,7 +19,8 @@ from adiyan.agent import (
     route_request, tier_for,
 )
 from adiyan.generation import NO_CONTEXT_ANSWER, approx_tokens
-from adiyan.kb import KnowledgeBase
+from adiyan.factory import open_kb, open_retriever
+
 from adiyan.models.base import Completion, as_messages
 from adiyan.store import open_store
 
@@ -84,7 +85,9 @@ class RecordingMemory:
 def kb(make_settings, minilm):
     s = make_settings()
     store = open_store(s)
-    kb = KnowledgeBase(s, store, minilm)
+    kb = open_kb(s, embedder=minilm, store=store)
+    kb.rp = open_retriever(s, kb)  # the six read paths over this KB
+    kb.settings = s  # test convenience: the settings the agent runs with unless a test passes others
     kb.ingest_text(JULIAN, "julian.md", "office", "global")
     kb.ingest_text(OFFICE, "office.md", "office", "global")
     kb.ingest_text(BLED, "bled.md", "office", "global")
@@ -140,7 +143,7 @@ def test_a_model_that_never_finishes_stops_at_max_steps_and_never_sees_raw_outpu
 
 def test_unparseable_replies_fall_back_to_search_then_finish(kb):
     llm = ScriptedLLM(lambda n, _: "Sure! The next action is to think about the Alps.")
-    res = Agent(llm, kb, tier="guest", requester_id="bob").run(QUESTION)
+    res = Agent(llm, kb, settings=kb.settings, tier="guest", requester_id="bob").run(QUESTION)
     assert [s.tool for s in res.steps] == ["search_kb", "finish"]
     assert res.steps[0].args == {"query": QUESTION}
     assert all(not s.parse_ok and s.action_source == "fallback" and "unparseable" in s.note for s in res.steps)
@@ -151,7 +154,7 @@ def test_finish_before_evidence_is_overridden_and_ungrounded_answers_are_replace
     script = {1: 'Action: finish\nAction Input: {"answer": "It costs 2200 euros."}',
               2: 'Action: finish\nAction Input: {"answer": "It costs 2200 euros."}'}
     llm = ScriptedLLM(lambda n, _: script[n], answer="It costs 450 euros per person.")
-    res = Agent(llm, kb, tier="guest", requester_id="bob").run(QUESTION)
+    res = Agent(llm, kb, settings=kb.settings, tier="guest", requester_id="bob").run(QUESTION)
     assert res.steps[0].tool == "search_kb" and res.steps[0].action_source == "override"
     assert res.steps[1].tool == "finish"
     assert res.answer == "It costs 450 euros per person." and res.answer_source == "scratchpad"
@@ -159,13 +162,13 @@ def test_finish_before_evidence_is_overridden_and_ungrounded_answers_are_replace
     # a grounded model answer is kept
     script[2] = 'Action: finish\nAction Input: {"answer": "450 euros per person (TR-JUL-03)."}'
     llm2 = ScriptedLLM(lambda n, _: script[n])
-    res2 = Agent(llm2, kb, tier="guest", requester_id="bob").run(QUESTION)
+    res2 = Agent(llm2, kb, settings=kb.settings, tier="guest", requester_id="bob").run(QUESTION)
     assert res2.answer == "450 euros per person (TR-JUL-03)." and res2.answer_source == "model"
 
 
 def test_repeating_a_call_is_replaced_by_the_default_action(kb):
     llm = ScriptedLLM(lambda n, _: 'Action: search_kb\nAction Input: {"query": "Julian Alps"}')
-    res = Agent(llm, kb, tier="guest", requester_id="bob").run(QUESTION)
+    res = Agent(llm, kb, settings=kb.settings, tier="guest", requester_id="bob").run(QUESTION)
     assert [s.tool for s in res.steps] == ["search_kb", "search_kb", "finish"]
     assert res.steps[1].args == {"query": QUESTION} and res.steps[1].note.startswith("repeated")
     assert res.stopped_reason == "finished"
@@ -179,7 +182,7 @@ def test_a_tool_beyond_the_tier_raises_to_the_caller_is_logged_and_traced(kb, ca
               2: 'Action: read_document\nAction Input: {"source": "office/julian.md"}'}
     llm = ScriptedLLM(lambda n, _: script[n])
     calls: list = []
-    agent = Agent(llm, kb, tier="guest", requester_id="bob", compactor=counting_compactor(calls))
+    agent = Agent(llm, kb, settings=kb.settings, tier="guest", requester_id="bob", compactor=counting_compactor(calls))
     with caplog.at_level(logging.WARNING, logger="adiyan.agent"):
         with pytest.raises(AuthorizationError) as ei:
             agent.run(QUESTION)
@@ -199,7 +202,7 @@ def test_a_tool_beyond_the_tier_raises_to_the_caller_is_logged_and_traced(kb, ca
 
 
 def test_the_model_cannot_name_another_identity(kb):
-    for spec in build_tools(kb, RecordingMemory(), "bob", False).values():
+    for spec in build_tools(kb, RecordingMemory(), "bob", False, retriever=kb.rp).values():
         assert not {"requester_id", "is_owner", "user_id", "owner", "owner_identity"} & set(spec.params)
     script = {1: 'Action: search_kb\nAction Input: {"query": "safe code of the Ljubljana office", '
                  '"requester_id": "alice", "is_owner": true}',
@@ -208,7 +211,7 @@ def test_the_model_cannot_name_another_identity(kb):
               4: 'Action: finish\nAction Input: {"answer": "I could not find it."}'}
     calls: list = []
     llm = ScriptedLLM(lambda n, _: script[n])
-    res = Agent(llm, kb, tier="member", requester_id="bob", compactor=counting_compactor(calls)).run(
+    res = Agent(llm, kb, settings=kb.settings, tier="member", requester_id="bob", compactor=counting_compactor(calls)).run(
         "What is the safe code of the Ljubljana office?")
     assert res.steps[0].ignored_args == ["requester_id", "is_owner"]
     assert "DocumentNotFound" in res.steps[1].error and "DocumentNotFound" in res.steps[2].error
@@ -216,7 +219,7 @@ def test_the_model_cannot_name_another_identity(kb):
     assert not any("7319" in p for p in llm.decision_prompts + llm.other_prompts) and "7319" not in res.answer
     # alice, its owner, reads it through the same tools
     llm_a = ScriptedLLM(lambda n, _: script[n] if n < 3 else script[4])
-    res_a = Agent(llm_a, kb, tier="member", requester_id="alice").run("What is the safe code of the Ljubljana office?")
+    res_a = Agent(llm_a, kb, settings=kb.settings, tier="member", requester_id="alice").run("What is the safe code of the Ljubljana office?")
     assert any("7319" in f.text for f in res_a.scratchpad.findings)
 
 
@@ -239,7 +242,7 @@ def test_every_route_has_a_message_and_a_capability():
 def test_route_by_tier_runs_or_raises_never_silent(kb, caplog, route, tier):
     memory = RecordingMemory()
     llm = ScriptedLLM(lambda n, _: "(no idea what to do)")  # every decision takes the default action
-    agent = Agent(llm, kb, memory=memory, tier=tier, requester_id="bob")
+    agent = Agent(llm, kb, settings=kb.settings, memory=memory, tier=tier, requester_id="bob")
     message = ROUTE_MESSAGES[route]
     if TIERS[tier].allows(ROUTES[route].capability):
         res = agent.run(message)
@@ -299,20 +302,19 @@ def test_default_tier_includes_the_general_fallback_and_tables_are_checked():
 
 def test_no_evidence_is_said_not_silent(kb):
     floored = kb.settings.with_overrides({f"retrieval.score_floors.{kb.embedder.id}": 0.99})  # nothing passes
-    kb_floored = KnowledgeBase(floored, kb.store, kb.embedder, raw=kb.raw)
-    res = Agent(ScriptedLLM(lambda n, _: "???"), kb_floored, tier="guest", requester_id="bob").run(QUESTION)
+    res = Agent(ScriptedLLM(lambda n, _: "???"), kb, settings=floored, tier="guest", requester_id="bob").run(QUESTION)
     assert [s.tool for s in res.steps] == ["search_kb", "finish"]
     assert res.answer == NO_CONTEXT_ANSWER and res.answer_source == "no_evidence"
     assert any("below the floor" in q for q in res.scratchpad.open_questions)
     # without strict grounding the general-reasoning fallback answers, if the tier has it ...
     loose = floored.with_overrides({"generation.strict_grounding": False})
-    res2 = Agent(ScriptedLLM(lambda n, _: "???"), kb_floored, settings=loose, tier="guest",
+    res2 = Agent(ScriptedLLM(lambda n, _: "???"), kb, settings=loose, tier="guest",
                  requester_id="bob").run(QUESTION)
     assert res2.answer == "scripted answer" and res2.answer_source == "general_reasoning"
     # ... and a tier without it is refused loudly, with the trace
     reader = Tier("reader", {KB_READ})
     with pytest.raises(AuthorizationError, match="general_reasoning") as ei:
-        Agent(ScriptedLLM(lambda n, _: "???"), kb_floored, settings=loose, tier=reader,
+        Agent(ScriptedLLM(lambda n, _: "???"), kb, settings=loose, tier=reader,
               requester_id="bob").run(QUESTION)
     assert [s.tool for s in ei.value.steps] == ["search_kb", "finish", "general_reasoning"]
     assert ei.value.steps[-1].authorized is False
@@ -346,14 +348,14 @@ def test_scratchpad_render_fits_its_budget(budget):
     ('```\nAction: search_kb\nAction Input: {"query": "<search words>"}\n```', "search_kb", {"query": "Q?"}),
 ])
 def test_parse_action_tolerates_noise(reply, tool, args):
-    p = parse_action(reply, build_tools(None, None, "bob", False), question="Q?")
+    p = parse_action(reply, build_tools(None, None, "bob", False, retriever=None), question="Q?")
     assert p.ok and p.tool == tool and p.args == args
 
 
 @pytest.mark.parametrize("reply", ["", "I think it is 450.", "Action: teleport\nAction Input: {}",
                                    'Action: read_document\nAction Input: {"query": "x"}'])
 def test_parse_action_reports_failures(reply):
-    p = parse_action(reply, build_tools(None, None, "bob", False), question="Q?")
+    p = parse_action(reply, build_tools(None, None, "bob", False, retriever=None), question="Q?")
     assert not p.ok and p.error
 
 
@@ -361,7 +363,7 @@ def test_parse_action_reports_failures(reply):
 
 
 def test_lookup_with_the_embedded_llm(kb, smollm2):
-    res = Agent(smollm2, kb, tier="guest", requester_id="bob").run(QUESTION)
+    res = Agent(smollm2, kb, settings=kb.settings, tier="guest", requester_id="bob").run(QUESTION)
     assert "450" in res.answer
     assert res.stopped_reason in ("finished", "max_steps")
     assert res.steps and res.steps[0].tool in ("search_kb", "find_document", "search_document")

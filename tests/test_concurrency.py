@@ -35,7 +35,8 @@ from pathlib import Path
 
 import pytest
 
-from adiyan.kb import DocumentNotFound, KnowledgeBase
+from adiyan.factory import open_kb, open_retriever
+from adiyan.kb import DocumentNotFound
 from adiyan.store import open_store
 
 pytestmark = pytest.mark.reliability
@@ -101,7 +102,8 @@ def check_state(kb) -> dict:
 def kb(make_settings, minilm):
     s = make_settings()
     store = open_store(s)
-    kb = KnowledgeBase(s, store, minilm)
+    kb = open_kb(s, embedder=minilm, store=store)
+    kb.rp = open_retriever(s, kb)  # the six read paths over this KB
     yield kb
     store.close()
 
@@ -159,7 +161,7 @@ def test_threads_ingesting_and_querying_for_a_bounded_time(kb):
         while not stop.is_set():
             requester = rng.choice(REQUESTERS)
             q = rng.choice(QUERIES)
-            res = kb.retrieve_knowledge_base(q, requester, top_k=8, floor=-1.0)
+            res = kb.rp.retrieve_knowledge_base(q, requester, top_k=8, floor=-1.0)
             versions = Counter()
             for c in res.chunks:
                 check_chunk(requester, c)
@@ -168,7 +170,7 @@ def test_threads_ingesting_and_querying_for_a_bounded_time(kb):
                 stats["transient_two_versions_in_one_result"] += 1
             for d in kb.list_documents(requester):
                 assert permitted(requester, d["owner_identity"], d["visibility"]), (requester, d)
-            found = kb.find_source_document(q, requester, floor=-1.0)
+            found = kb.rp.find_source_document(q, requester, floor=-1.0)
             if found:
                 with lock:
                     assert found["source"].split("/")[0] == requester or found["source"] in ever_global, found
@@ -182,7 +184,7 @@ def test_threads_ingesting_and_querying_for_a_bounded_time(kb):
                     assert permitted(requester, *marker_of(text)), (requester, key)
                     data = kb.get_document(key, requester)
                     assert permitted(requester, *marker_of(data.decode())), (requester, key)
-                    within = kb.search_within_document(key, q, requester, floor=-1.0)
+                    within = kb.rp.search_within_document(key, q, requester, floor=-1.0)
                     for c in within.chunks:
                         assert c.source == key, (key, c.source)
                         check_chunk(requester, c)
@@ -247,7 +249,7 @@ def test_two_threads_reingesting_the_same_document_at_once(kb):
     assert not errors
     rec = kb.raw.get("office/tour.md", is_owner=True)
     assert kb.count_chunks("office/tour.md") == rec.n_chunks > 0
-    assert kb.retrieve_knowledge_base("tour notes", "x", floor=-1.0).chunks
+    assert kb.rp.retrieve_knowledge_base("tour notes", "x", floor=-1.0).chunks
     check_state(kb)
 
 
@@ -256,11 +258,10 @@ def test_two_threads_reingesting_the_same_document_at_once(kb):
 WRITER = textwrap.dedent('''
     import json, sys
     from adiyan.config import load_settings
-    from adiyan.kb import KnowledgeBase
+    from adiyan.factory import open_kb
     from adiyan.models import load_embedder
-    from adiyan.store import open_store
     s = load_settings(environ={}, overrides={"paths.data_dir": sys.argv[1]})
-    kb = KnowledgeBase(s, open_store(s), load_embedder("minilm"))
+    kb = open_kb(s, embedder=load_embedder("minilm"))
     kb.ingest_text("# One\\n\\nThe first document of process A. Marker PROC-A-ONE.", "one.md", "alice", "private")
     def hook(stage):
         if stage == "after_upsert":
@@ -285,12 +286,11 @@ HOLDER = textwrap.dedent('''
 READER = textwrap.dedent('''
     import json, sys
     from adiyan.config import load_settings
-    from adiyan.kb import KnowledgeBase
+    from adiyan.factory import open_kb, open_retriever
     from adiyan.models import load_embedder
-    from adiyan.store import open_store
     s = load_settings(environ={}, overrides={"paths.data_dir": sys.argv[1]})
-    kb = KnowledgeBase(s, open_store(s), load_embedder("minilm"))
-    out = {q: [(c.source, c.chunk_index, round(c.score, 5)) for c in kb.retrieve_knowledge_base(q, "bob", top_k=6, floor=-1.0).chunks]
+    kb = open_kb(s, embedder=load_embedder("minilm"))
+    out = {q: [(c.source, c.chunk_index, round(c.score, 5)) for c in open_retriever(s, kb).retrieve_knowledge_base(q, "bob", top_k=6, floor=-1.0).chunks]
            for q in json.loads(sys.argv[2])}
     print(json.dumps(out), flush=True)
     kb.store.close()
@@ -319,7 +319,7 @@ def _open_fails(make_settings, minilm, data_dir) -> BaseException:
     store = open_store(s)
     try:
         with pytest.raises(Exception) as err:
-            KnowledgeBase(s, store, minilm)
+            open_kb(s, embedder=minilm, store=store)
         return err.value
     finally:
         store.close()
@@ -348,7 +348,8 @@ def test_second_process_is_refused_while_the_first_writes(make_settings, minilm,
             a.kill()
             a.wait()
     s = make_settings(paths__data_dir=str(data_dir))
-    kb = KnowledgeBase(s, open_store(s), minilm)
+    kb = open_kb(s, embedder=minilm)
+    kb.rp = open_retriever(s, kb)  # the six read paths over this KB
     try:
         records = check_state(kb)
         assert sorted(records) == ["alice/one.md", "alice/two.md"]
@@ -364,7 +365,8 @@ def test_second_process_is_refused_while_the_first_writes(make_settings, minilm,
 
 def _closed_kb_with_docs(make_settings, minilm, data_dir) -> None:
     s = make_settings(paths__data_dir=str(data_dir))
-    kb = KnowledgeBase(s, open_store(s), minilm)
+    kb = open_kb(s, embedder=minilm)
+    kb.rp = open_retriever(s, kb)  # the six read paths over this KB
     for i, q in enumerate(QUERIES):
         kb.ingest_text(doc_text(OWNERS[i % 3], ["private", "global"][i % 2], 0, i, 1), f"doc{i}.md",
                        OWNERS[i % 3], ["private", "global"][i % 2])
@@ -397,7 +399,8 @@ def test_holder_killed_releases_the_data_dir(make_settings, minilm, tmp_path):
     finally:
         if holder.poll() is None:
             holder.kill()
-    kb = KnowledgeBase(s, open_store(s), minilm)
+    kb = open_kb(s, embedder=minilm)
+    kb.rp = open_retriever(s, kb)  # the six read paths over this KB
     try:
         assert len(check_state(kb)) == len(QUERIES)
     finally:
@@ -436,10 +439,11 @@ def test_reader_processes_on_their_own_copies_agree(make_settings, minilm, tmp_p
         assert p.returncode == 0, err[-2000:]
         outs.append(json.loads(out.strip().splitlines()[-1]))
     s = make_settings(paths__data_dir=str(data_dir))
-    kb = KnowledgeBase(s, open_store(s), minilm)
+    kb = open_kb(s, embedder=minilm)
+    kb.rp = open_retriever(s, kb)  # the six read paths over this KB
     try:
         mine = {q: [[c.source, c.chunk_index, round(c.score, 5)] for c in
-                    kb.retrieve_knowledge_base(q, "bob", top_k=6, floor=-1.0).chunks] for q in QUERIES}
+                    kb.rp.retrieve_knowledge_base(q, "bob", top_k=6, floor=-1.0).chunks] for q in QUERIES}
     finally:
         kb.store.close()
     assert outs[0] == outs[1] == mine

@@ -5,13 +5,14 @@ import json
 import pytest
 
 from adiyan.config import ConfigError, Settings, load_settings, parse_set
+from adiyan.factory import score_floor
 
 
 def test_seed_defaults_are_written_once_here():
     s = Settings()
     assert s.retrieval.kb_top_k == 4
     assert s.retrieval.doc_top_k == 5
-    assert s.score_floor("nomic-embed-text") == 0.55
+    assert score_floor(s, "nomic-embed-text") == 0.55
     assert (s.chunking.size, s.chunking.overlap, s.chunking.strategy) == (800, 100, "recursive")
     assert s.memory.half_life_days == 14
     assert (s.memory.overfetch_factor, s.memory.overfetch_min) == (3, 10)
@@ -75,9 +76,9 @@ def test_hash_is_stable_and_sensitive():
 def test_score_floor_per_embedder():
     s = load_settings(environ={}, overrides={"retrieval.score_floors.minilm": 0.3,
                                              "retrieval.use_calibrated_floors": False})
-    assert s.score_floor("minilm") == 0.3
-    assert s.score_floor("nomic-embed-text") == 0.55
-    assert s.score_floor("mpnet") == 0.0
+    assert score_floor(s, "minilm") == 0.3
+    assert score_floor(s, "nomic-embed-text") == 0.55
+    assert score_floor(s, "mpnet") == 0.0
 
 
 def test_calibrated_floors_are_used_unless_configured(tmp_path, monkeypatch):
@@ -87,7 +88,7 @@ def test_calibrated_floors_are_used_unless_configured(tmp_path, monkeypatch):
     f.write_text("mpnet: {floor: 0.21}\n")
     monkeypatch.setattr(fl, "FLOORS_FILE", f)
     s = load_settings(environ={})
-    assert s.score_floor("mpnet") == 0.21  # measured
-    assert s.score_floor("nomic-embed-text") == 0.55  # configured wins
-    assert s.score_floor("unknown") == 0.0
-    assert s.with_overrides({"retrieval.use_calibrated_floors": False}).score_floor("mpnet") == 0.0
+    assert score_floor(s, "mpnet") == 0.21  # measured
+    assert score_floor(s, "nomic-embed-text") == 0.55  # configured wins
+    assert score_floor(s, "unknown") == 0.0
+    assert score_floor(s.with_overrides({"retrieval.use_calibrated_floors": False}), "mpnet") == 0.0

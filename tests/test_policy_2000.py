@@ -7,7 +7,7 @@ really ran that many times.
 
 Cheap per example, still an empty knowledge base each time: one ``EdgeStore`` collection for
 the whole run, emptied after every example (and checked empty before the next; creating and
-dropping a shard costs ~1 s, emptying it milliseconds), a new ``KnowledgeBase`` over a new
+dropping a shard costs ~1 s, emptying it milliseconds), a new knowledge base over a new
 document index (``RawStore``) per example whose content-addressed ``files/`` folder is shared
 (a symlink: blobs are named by their sha256, so sharing them cannot mix documents up), and the
 real minilm behind an embedding cache (36 distinct note texts in all).
@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from adiyan.cache import CachedEmbedder, EmbeddingCache
 from adiyan.config import load_settings
 from adiyan.ingest.rawstore import RawStore
-from adiyan.kb import KnowledgeBase
+from adiyan.factory import open_kb, open_retriever
 from adiyan.store import Cond, EdgeStore, Filter
 from test_access_policy import REQUESTERS, docs_strategy, ingest_and_check
 
@@ -52,10 +52,10 @@ def run_property(embedder, tmp: Path, examples: int) -> dict:
         raw_root = tmp / "raw" / str(n)
         raw_root.mkdir(parents=True)
         (raw_root / "files").symlink_to(blobs, target_is_directory=True)
-        kb = KnowledgeBase(base, store, embedder, raw=RawStore(raw_root))
+        kb = open_kb(base, embedder=embedder, store=store, raw=RawStore(raw_root))
         assert kb.count_chunks() == 0 and kb.list_documents(None, is_owner=True) == []
         try:
-            ingest_and_check(kb, docs, requester)
+            ingest_and_check(open_retriever(base, kb), docs, requester)
         finally:
             store.delete(kb.collection, EVERYTHING)
             del kb

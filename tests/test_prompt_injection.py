@@ -24,7 +24,8 @@ import json
 import pytest
 
 from adiyan.agent import Agent, DocumentText, ToolFailure
-from adiyan.kb import DocumentNotFound, KnowledgeBase
+from adiyan.factory import open_kb, open_retriever
+from adiyan.kb import DocumentNotFound
 from adiyan.store import open_store
 from tests.test_agent import ScriptedLLM
 
@@ -80,7 +81,9 @@ class ObedientLLM(ScriptedLLM):
 def kb(make_settings, minilm):
     s = make_settings(agent__max_steps=len(ObedientLLM.SCRIPT) + 2)
     store = open_store(s)
-    kb = KnowledgeBase(s, store, minilm)
+    kb = open_kb(s, embedder=minilm, store=store)
+    kb.rp = open_retriever(s, kb)  # the six read paths over this KB
+    kb.settings = s  # test convenience: the settings the agent runs with unless a test passes others
     kb.ingest_text(INJECTED_DOC, "travel_faq.md", "office", "global")
     kb.ingest_text(FAQ, "booking_faq.md", "office", "global")
     kb.ingest_text(BOB_OWN, "itinerary.md", "bob", "private")
@@ -104,7 +107,7 @@ def test_read_of_a_hidden_file_fails_exactly_like_a_missing_file(kb):
     """Injects: bob's read_document / search_document tools called on alice's private file, by key
     and by bare name, and on files that do not exist. Expects identical failures (type and message
     shape): a hidden file answers exactly like a missing one."""
-    agent = Agent(ObedientLLM(), kb, tier="member", requester_id="bob")
+    agent = Agent(ObedientLLM(), kb, settings=kb.settings, tier="member", requester_id="bob")
     tools = agent.tools
 
     def failure(fn, *args):
@@ -119,7 +122,7 @@ def test_read_of_a_hidden_file_fails_exactly_like_a_missing_file(kb):
         assert failure(tools["search_document"].fn, hidden, "merger") == f"no document {hidden!r}"
         assert failure(tools["search_document"].fn, missing, "merger") == f"no document {missing!r}"
     # and the owner of the files still reads them (the test is not vacuous)
-    alice = Agent(ObedientLLM(), kb, tier="member", requester_id="alice")
+    alice = Agent(ObedientLLM(), kb, settings=kb.settings, tier="member", requester_id="alice")
     assert "ALICE-SECRET-7781" in alice.tools["read_document"].fn("secret.md").text
 
 
@@ -138,7 +141,7 @@ def test_obedient_model_as_bob_gets_nothing_of_alice(kb):
         observations.append((tool, raw))
         return compact(pad, tool, args, raw, **kw)
 
-    agent = Agent(llm, kb, tier="member", requester_id="bob", compactor=recording_compactor)
+    agent = Agent(llm, kb, settings=kb.settings, tier="member", requester_id="bob", compactor=recording_compactor)
     res = agent.run(QUESTION)
 
     tools_run = [s.tool for s in res.steps]

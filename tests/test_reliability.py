@@ -16,9 +16,8 @@ import time
 import pytest
 
 from adiyan.config import load_settings
-from adiyan.kb import KnowledgeBase
+from adiyan.factory import open_kb, open_retriever
 from adiyan.models import load_embedder
-from adiyan.store import open_store
 
 pytestmark = pytest.mark.reliability
 
@@ -28,13 +27,12 @@ V2 = "# Tour\n\n" + "The Julian Alps Weekend now costs 520 euros per person. " *
 CHILD = textwrap.dedent('''
     import os, signal, sys
     from adiyan.config import load_settings
-    from adiyan.kb import KnowledgeBase
+    from adiyan.factory import open_kb
     from adiyan.models import load_embedder
-    from adiyan.store import open_store
     data_dir, stage, v1, v2 = sys.argv[1:5]
     s = load_settings(environ={}, overrides={"paths.data_dir": data_dir, "chunking.size": 300, "chunking.overlap": 50,
                                              "retrieval.use_calibrated_floors": False})
-    kb = KnowledgeBase(s, open_store(s), load_embedder("minilm"))
+    kb = open_kb(s, embedder=load_embedder("minilm"))
     kb.ingest_document(v1, "tour.md", "office", "global")
     def hook(at):
         if at == stage:
@@ -50,18 +48,19 @@ def _settings(data_dir):
                                                 "chunking.overlap": 50, "retrieval.use_calibrated_floors": False})
 
 
-def _visible_version(kb) -> str:
+def _visible_version(kb, s) -> str:
     """Which version every read path shows; fails if any path shows a mix or nothing."""
+    rp = open_retriever(s, kb)
     key = "office/tour.md"
     seen = set()
-    texts = [c.text for c in kb.retrieve_knowledge_base("Julian Alps price", "x", top_k=50, floor=-1).chunks]
-    texts += [c.text for c in kb.search_within_document(key, "price", "x", top_k=50, floor=-1).chunks]
+    texts = [c.text for c in rp.retrieve_knowledge_base("Julian Alps price", "x", top_k=50, floor=-1).chunks]
+    texts += [c.text for c in rp.search_within_document(key, "price", "x", top_k=50, floor=-1).chunks]
     texts.append(kb.get_document_text(key, "x"))
     texts.append(kb.get_document(key, "x").decode())
     for t in texts:
         seen |= {v for v, n in (("v1", "450"), ("v2", "520")) if n in t}
     assert len(seen) == 1, f"read paths disagree or are empty: {seen}"
-    assert kb.find_source_document("Julian Alps price", "x")["source"] == key
+    assert rp.find_source_document("Julian Alps price", "x")["source"] == key
     assert [d["source"] for d in kb.list_documents("x")] == [key]
     rec = kb.raw.get(key, is_owner=True)
     assert kb.count_chunks(key) == rec.n_chunks  # no partial or doubled document
@@ -82,11 +81,11 @@ def test_sigkill_during_reingest(tmp_path, stage, expected):
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     assert "survived" not in proc.stdout
     s = _settings(tmp_path / "d")
-    kb = KnowledgeBase(s, open_store(s), load_embedder("minilm"))
+    kb = open_kb(s, embedder=load_embedder("minilm"))
     try:
-        assert _visible_version(kb) == expected
+        assert _visible_version(kb, s) == expected
         kb.ingest_text(V2, "tour.md", "office", "global")  # and the store still takes writes
-        assert _visible_version(kb) == "v2"
+        assert _visible_version(kb, s) == "v2"
     finally:
         kb.store.close()
 
@@ -94,14 +93,14 @@ def test_sigkill_during_reingest(tmp_path, stage, expected):
 def test_results_identical_across_restarts(tmp_path):
     """Injects: a close and reopen of the embedded engine. Expects the same hits, ids and scores."""
     s = _settings(tmp_path / "d")
-    kb = KnowledgeBase(s, open_store(s), load_embedder("minilm"))
+    kb = open_kb(s, embedder=load_embedder("minilm"))
     kb.ingest_text(V1, "tour.md", "office", "global")
     kb.ingest_text("# Other\n\nOffice hours are 9 to 17.", "hours.md", "office", "private")
     kb.finish_ingest()
-    before = [(c.source, c.chunk_index, c.score) for c in kb.retrieve_knowledge_base("price", "office", top_k=8, floor=-1).chunks]
+    before = [(c.source, c.chunk_index, c.score) for c in open_retriever(s, kb).retrieve_knowledge_base("price", "office", top_k=8, floor=-1).chunks]
     kb.store.close()
-    kb2 = KnowledgeBase(s, open_store(s), load_embedder("minilm"))
-    after = [(c.source, c.chunk_index, c.score) for c in kb2.retrieve_knowledge_base("price", "office", top_k=8, floor=-1).chunks]
+    kb2 = open_kb(s, embedder=load_embedder("minilm"))
+    after = [(c.source, c.chunk_index, c.score) for c in open_retriever(s, kb2).retrieve_knowledge_base("price", "office", top_k=8, floor=-1).chunks]
     kb2.store.close()
     assert after == before and len(before) == 8
 
@@ -110,13 +109,13 @@ def test_results_identical_across_restarts(tmp_path):
 
 SWEEP_PARAMS = "x = 1\noverrides = {}\nconfig_file = None\noutput_dir = None\npoint_id = None"
 SWEEP_WORK = """import time
-from adiyan import sweep
+from adiyan.experiments.common import PointResult, record
 time.sleep(6 if x >= 3 else 0)  # points 3 and 4 are slow: the kill lands while point 3 runs
-sweep.record(output_dir, sweep.PointResult({"y": 2.0 * x}, [{"qid": "q1", "score": float(x)}]))"""
+record(output_dir, PointResult({"context_tokens": 2.0 * x}, [{"qid": "q1", "retrieve_ms": float(x)}]))"""
 
 
 def test_sweep_killed_after_its_second_point_resumes_with_the_rest(tmp_path):
-    """Injects: SIGKILL of the `python -m adiyan.sweep` process once two of four points have
+    """Injects: SIGKILL of the `python -m adiyan.sweeps` process once two of four points have
     their completion marker (point 3 running in the kernel). Expects: the killed run leaves no
     marker for points 3-4; the restart runs exactly points 3 and 4, leaves points 1-2's executed
     notebooks untouched, and gathers all four into runs.parquet."""
@@ -124,7 +123,7 @@ def test_sweep_killed_after_its_second_point_resumes_with_the_rest(tmp_path):
     import pandas as pd
     import yaml
 
-    from adiyan import sweep as S
+    from adiyan import sweeps as S
     from tests.conftest import ROOT
 
     nb = nbformat.v4.new_notebook()
@@ -138,7 +137,7 @@ def test_sweep_killed_after_its_second_point_resumes_with_the_rest(tmp_path):
                                          "grid": {"x": [1, 2, 3, 4]}, "jobs": 1, "engine": "persistent"}))
     out = tmp_path / "out"
     ids = [p.id for p in S.expand(S.load_spec(str(spec_path)))]
-    cmd = [sys.executable, "-m", "adiyan.sweep", str(spec_path), "--out-dir", str(out), "--quiet"]
+    cmd = [sys.executable, "-m", "adiyan.sweeps", str(spec_path), "--out-dir", str(out), "--quiet"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -161,5 +160,5 @@ def test_sweep_killed_after_its_second_point_resumes_with_the_rest(tmp_path):
     assert "4 points, ran 2, reused 2" in again.stdout, again.stdout
     assert {i: (out / "points" / i / "notebook.ipynb").stat().st_mtime_ns for i in ids[:2]} == before
     runs = pd.read_parquet(out / "runs.parquet")
-    assert list(runs["x"]) == [1, 2, 3, 4] and list(runs["y"]) == [2.0, 4.0, 6.0, 8.0]
+    assert list(runs["x"]) == [1, 2, 3, 4] and list(runs["context_tokens"]) == [2.0, 4.0, 6.0, 8.0]
     assert list(runs["status"]) == ["ok"] * 4

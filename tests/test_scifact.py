@@ -42,15 +42,16 @@ def scifact():
 
 @pytest.fixture(scope="module")
 def bm25_run(scifact):
+    from adiyan.eval.beir_runs import index_corpus
     from adiyan.retrieval import BM25Retriever
 
-    return BM25Retriever().index_corpus(scifact.corpus).retrieve(scifact.queries, k=1000)
+    return index_corpus(BM25Retriever(), scifact.corpus).retrieve(scifact.queries, k=1000)
 
 
 @pytest.fixture(scope="module")
 def dense(scifact, settings):
+    from adiyan.eval.beir_runs import dense_run
     from adiyan.models import embedder_from_settings
-    from adiyan.retrieval import dense_run
 
     emb = embedder_from_settings(settings)
     assert emb.inner._model.max_seq_length == 256  # the setting the published 0.645 used

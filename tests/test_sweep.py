@@ -1,4 +1,5 @@
-"""Sweeps: grid expansion, stable point ids, resume, gathered table, offline index, notebook hygiene.
+"""Sweeps and experiments: grid expansion, stable point ids, resume, gathered table, offline
+index, directions from the metric registry, the memory evalset as data, notebook hygiene.
 
 The execution tests run a tiny notebook written into tmp_path (a few seconds each on the
 project's kernel); the real notebooks are exercised by `invoke sweep NAME` and
@@ -15,7 +16,13 @@ import nbformat
 import numpy as np
 import pytest
 
-from adiyan import sweep as S
+from adiyan import sweeps as S
+from adiyan.eval import metrics as M
+from adiyan.experiments import common as C
+from adiyan.experiments import dims as D
+from adiyan.experiments import memory as MEM
+from adiyan.sweeps import gather as G
+from adiyan.sweeps.run import write_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,26 +112,56 @@ def test_pareto_front_by_hand():
 
 
 def test_holm_adjustment_by_hand():
-    adj = S._holm({"a": 0.01, "b": 0.04, "c": 0.03})
+    adj = G.holm({"a": 0.01, "b": 0.04, "c": 0.03})
     assert adj == pytest.approx({"a": 0.03, "c": 0.06, "b": 0.06})
 
 
-def test_direction_of_metrics():
-    for m in ("hit_rate", "mrr", "ndcg@10", "recall@10", "correction_hit@1", "stable_hit@1", "keyword_recall"):
-        assert not S.lower_is_better(m), m
-    for m in ("p50_ms", "retrieve_ms", "index_build_s", "context_tokens", "stale_rate", "private_returned"):
-        assert S.lower_is_better(m), m
+def test_direction_of_metrics_comes_from_the_registry():
+    """Every metric a shipped experiment records has a registered direction; the three the old
+    name-fragment guess got wrong ("_s" in rouge_score, non_llm_string_similarity,
+    principles_holding_share) are higher-is-better."""
+    for m in ("hit_rate", "mrr", "ndcg@10", "recall@10", "correction_hit@1", "stable_hit@1", "keyword_recall",
+              "principles_holding_share", "3_stale_fact_holds", "engine_recall@10", "hit@1", "hit", "rr"):
+        assert M.direction("sweep", m) == M.HIGHER, m
+    for m in ("p50_ms", "retrieve_ms", "index_build_s", "context_tokens", "stale_rate", "private_returned",
+              "bytes_per_vector", "search_ms", "latency_ms", "stale"):
+        assert M.direction("sweep", m) == M.LOWER, m
+    for m in ("n_chunks", "mean_chunk_chars", "truncated_share", "abstained"):  # counts, sizes, two-sided
+        assert M.direction("sweep", m) == M.NEUTRAL, m
+    assert M.direction("ragas", "rouge_score") == M.HIGHER
+    assert M.direction("ragas", "non_llm_string_similarity") == M.HIGHER
+    assert M.direction("timings", "total_s") == M.LOWER
+    with pytest.raises(M.UnregisteredMetric, match="sweep/cost_ms"):
+        M.direction("sweep", "cost_ms")
+
+
+def test_every_metric_a_shipped_sweep_names_is_registered():
+    for path in sorted((ROOT / "sweeps").glob("*.yaml")):
+        spec = S.load_spec(path)
+        eval_sweep = spec.notebook.name == "evaluate.ipynb"  # columns are group.name of metrics.json
+        named = list(spec.metrics) + [v for v in (spec.frontier or {}).values()]
+        for m in named:
+            M.lookup(*(m.split(".", 1) if eval_sweep else ("sweep", m)))
+        for q in spec.paired:
+            M.lookup("sweep", q)
 
 
 def test_record_validates_and_is_a_noop_without_output_dir(tmp_path):
-    assert S.record(None, {"a": 1.0}) is None
+    assert C.record(None, {"hit_rate": 1.0}) is None
     with pytest.raises(TypeError):
-        S.record(tmp_path, {"a": "high"})
+        C.record(tmp_path, {"hit_rate": "high"})
     with pytest.raises(ValueError):
-        S.record(tmp_path, S.PointResult({"a": 1.0}, [{"score": 1.0}]))
-    p = S.record(tmp_path, S.PointResult({"a": np.float32(0.5), "b": float("nan")}, [{"qid": "q1", "s": 1}]))
+        C.record(tmp_path, C.PointResult({"hit_rate": 1.0}, [{"hit": 1.0}]))
+    with pytest.raises(M.UnregisteredMetric, match="cost_ms"):  # an undeclared metric fails in the notebook
+        C.record(tmp_path, {"hit_rate": 1.0, "cost_ms": 3.0})
+    with pytest.raises(M.UnregisteredMetric, match="score"):  # and so does an undeclared per-question score
+        C.record(tmp_path, C.PointResult({"hit_rate": 1.0}, [{"qid": "q1", "score": 1.0, "kind": "lookup"}]))
+    assert not (tmp_path / C.POINT_FILE).exists()
+    p = C.record(tmp_path, C.PointResult({"hit_rate": np.float32(0.5), "mrr": float("nan")},
+                                         [{"qid": "q1", "hit": 1, "kind": "lookup"}]))
     data = json.loads(p.read_text())
-    assert data["metrics"] == {"a": 0.5, "b": None} and data["per_question"] == [{"qid": "q1", "s": 1}]
+    assert data["metrics"] == {"hit_rate": 0.5, "mrr": None}
+    assert data["per_question"] == [{"qid": "q1", "hit": 1, "kind": "lookup"}]
 
 
 class _FakeEmbedder:
@@ -150,11 +187,11 @@ class _FakeEmbedder:
 
 def test_truncated_embedder_equals_truncate_then_normalise():
     base = _FakeEmbedder()
-    t = S.TruncatedEmbedder(base, 4)
+    t = D.TruncatedEmbedder(base, 4)
     assert t.id == "fake@4" and t.dim == 4
     want = base.raw[:, :4] / np.linalg.norm(base.raw[:, :4], axis=1, keepdims=True)
     np.testing.assert_allclose(t.embed(["a", "b", "c"]), want, rtol=1e-5, atol=1e-6)
-    assert S.TruncatedEmbedder(base, 6).id == "fake"
+    assert D.TruncatedEmbedder(base, 6).id == "fake"
 
 
 def test_engine_int8_quantization_is_real_and_rescoring_undoes_it(tmp_path):
@@ -197,7 +234,7 @@ def test_engine_int8_quantization_is_real_and_rescoring_undoes_it(tmp_path):
 
 
 def test_memory_evalset_is_consistent():
-    es = S.memory_evalset()
+    es = MEM.memory_evalset()
     by_id = {m["id"]: m for m in es.memories}
     assert len(by_id) == len(es.memories)
     kinds = {q["kind"] for q in es.questions}
@@ -207,7 +244,55 @@ def test_memory_evalset_is_consistent():
         assert exp["user"] == q["user"]
         if q["superseded"]:  # a correction is newer than what it corrects
             assert by_id[q["superseded"]]["age_days"] > exp["age_days"]
-    assert es.content_hash() == S.memory_evalset().content_hash()
+    assert es.content_hash() == MEM.memory_evalset().content_hash()
+
+
+# The content hash of the memory evalset when it was a Python literal in adiyan/sweep.py (version
+# 1), computed from that literal before it was deleted: the data under evalsets/memory/ must load
+# to exactly the same rows (and so the same memory store key).
+MEMORY_V1_HASH = "3c151509f4beeea65a92b17e7f69fa034eaecf8d10e58a3fd087ad428c4a308b"
+
+
+def test_memory_evalset_data_equals_the_former_literal():
+    es = MEM.load_memory_evalset(ROOT / "evalsets" / "memory")
+    assert es.content_hash() == MEMORY_V1_HASH
+    assert (es.version, es.now, len(es.memories), len(es.questions)) == (1, "2025-06-30T12:00:00+00:00", 62, 28)
+    by_id = {m["id"]: m for m in es.memories}
+    assert by_id["m-flight-c"] == {"id": "m-flight-c", "user": "mira", "age_days": 6,
+                                   "created_at": "2025-06-24T12:00:00+00:00",
+                                   "text": "Change of plan: the airline rebooked me, I now fly out on the 14th in the afternoon."}
+    assert es.questions[-1] == {"qid": "q-hours", "user": "office", "question": "What time does the office close?",
+                                "expected": "o-hours-c", "superseded": "o-hours", "kind": "correction"}
+    assert sum(q["kind"] == "correction" for q in es.questions) == 10  # 3 + 3 + 4 in the literal
+
+
+def test_memory_evalset_loader_rejects_inconsistent_rows(tmp_path):
+    src = ROOT / "evalsets" / "memory"
+    for f in ("manifest.yaml", "memories.jsonl", "questions.jsonl"):
+        (tmp_path / f).write_text((src / f).read_text(encoding="utf-8"), encoding="utf-8")
+    rows = (tmp_path / "questions.jsonl").read_text(encoding="utf-8").replace('"kind": "correction"', '"kind": "stable"', 1)
+    (tmp_path / "questions.jsonl").write_text(rows, encoding="utf-8")
+    with pytest.raises(ValueError, match="kind 'stable' does not match"):
+        MEM.load_memory_evalset(tmp_path)
+
+
+def test_experiments_that_bypass_the_pipeline_refuse_retrieval_settings(tmp_path):
+    """The hnsw experiment searches raw vector sets and the memory experiment mem0: neither can
+    honour a retrieval.* setting, so each refuses it by name before doing anything."""
+    from adiyan.config import load_settings
+    from adiyan.experiments import hnsw
+    from adiyan.retrieval.pipeline import UnsupportedSetting
+
+    def settings(**kw):
+        return load_settings(None, {"paths.data_dir": str(tmp_path / "d"), "paths.cache_dir": str(tmp_path / "c"),
+                                    **kw}, environ={})
+
+    with pytest.raises(UnsupportedSetting, match=r"retrieval.rerank=True is not honoured by the hnsw experiment"):
+        hnsw.vector_set("synthetic-1000", settings(**{"retrieval.rerank": True}))
+    with pytest.raises(UnsupportedSetting, match=r"retrieval.kb_top_k=8 is not honoured by the memory experiment"):
+        MEM.evaluate_memory(settings(**{"retrieval.kb_top_k": 8}))
+    vs = hnsw.vector_set("synthetic-1000", settings(), n_queries=5)  # defaults are fine
+    assert vs.vectors.shape == (1000, 384) and len(vs.queries) == 5
 
 
 # ---------------------------------------------------------------------------- execution (tiny notebook)
@@ -219,14 +304,14 @@ config_file = None
 output_dir = None
 point_id = None"""
 
-TINY_WORK = """from adiyan import sweep
+TINY_WORK = """from adiyan.experiments.common import PointResult, record
 import matplotlib.pyplot as plt
 if label == "boom":
     raise RuntimeError("boom")
 plt.plot([0, 1], [0, x])
-result = sweep.PointResult({"y": 2.0 * x, "cost_ms": 10.0 * x},
-                           [{"qid": f"q{i}", "score": float(i < x)} for i in range(6)])
-sweep.record(output_dir, result)"""
+result = PointResult({"hit_rate": x / 4, "retrieve_ms": 10.0 * x},
+                     [{"qid": f"q{i}", "hit": float(i < x)} for i in range(6)])
+record(output_dir, result)"""
 
 
 def _tiny_spec(tmp_path: Path, grid, **extra) -> S.SweepSpec:
@@ -238,7 +323,7 @@ def _tiny_spec(tmp_path: Path, grid, **extra) -> S.SweepSpec:
     path = tmp_path / "tiny.ipynb"
     nbformat.write(nb, str(path))
     return S.SweepSpec.from_dict({"notebook": str(path), "grid": grid, "name": "tiny",
-                                  "frontier": {"x": "cost_ms", "y": "y"}, **extra}, source="test")
+                                  "frontier": {"x": "retrieve_ms", "y": "hit_rate"}, **extra}, source="test")
 
 
 def _run(spec, tmp_path, **kw):
@@ -253,22 +338,27 @@ def test_sweep_runs_gathers_and_writes_an_offline_index(tmp_path):
     assert res.ran == [S.point_id({"x": v}) for v in (1, 2, 3)] and not res.reused and not res.failed
     runs = pd.read_parquet(tmp_path / "out" / "runs.parquet")
     assert len(runs) == 3 and list(runs["x"]) == [1, 2, 3]
-    assert list(runs["y"]) == [2.0, 4.0, 6.0] and list(runs["status"]) == ["ok"] * 3
+    assert list(runs["hit_rate"]) == [0.25, 0.5, 0.75] and list(runs["status"]) == ["ok"] * 3
     for pid in res.points:  # every point: executed notebook, its HTML, its config, the marker
         d = tmp_path / "out" / "points" / pid
-        for f in ("notebook.ipynb", "notebook.html", "config.yaml", "params.json", "point.json", S.MARKER):
+        for f in ("notebook.ipynb", "notebook.html", "config.yaml", "params.json", C.POINT_FILE, S.MARKER):
             assert (d / f).is_file(), (pid, f)
         executed = nbformat.read(str(d / "notebook.ipynb"), as_version=4)
         assert any("injected-parameters" in c.metadata.get("tags", []) for c in executed.cells)
     pq = pd.read_parquet(tmp_path / "out" / "per_question.parquet")
-    assert set(pq["metric"]) == {"score"} and len(pq) == 18
+    assert set(pq["metric"]) == {"hit"} and len(pq) == 18
     html = (tmp_path / "out" / "index.html").read_text()
     assert html.count("<svg") >= 2  # metric-vs-parameter and frontier plots, inline
     for bad in ("<script", "<link", "<img", "@import", 'src="http', "src='http", 'href="http', "url(http"):
         assert bad not in html, bad
     assert "Paired tests against the baseline" in html and "Pareto" in html
     sig = json.loads((tmp_path / "out" / "significance.json").read_text())
-    assert sig["baseline"] == S.point_id({"x": 1}) and set(sig["metrics"]["score"]) == set(res.points[1:])
+    assert sig["baseline"] == S.point_id({"x": 1}) and set(sig["metrics"]["hit"]) == set(res.points[1:])
+    assert all(r["direction"] == "higher" for r in sig["metrics"]["hit"].values())
+    # best per metric by the registry: the highest hit rate (x=3), the lowest latency (x=1)
+    assert '<td>hit_rate</td><td>higher is better</td><td class="num">0.75</td><td>x=3</td>' in html
+    assert '<td>retrieve_ms</td><td>lower is better</td><td class="num">10.0</td><td>x=1</td>' in html
+    assert "Pareto-optimal points (no other point is better on both): x=1, x=2, x=3" in html
     page = (tmp_path / "out" / "points" / res.points[0] / "notebook.html").read_text()
     assert "<script" not in page and 'src="http' not in page
 
@@ -278,7 +368,7 @@ def test_resume_runs_only_unfinished_points(tmp_path):
     points = S.expand(spec)
     first = tmp_path / "out" / "points" / points[0].id
     first.mkdir(parents=True)  # point 1 finished in an earlier (killed) run
-    S.record(first, S.PointResult({"y": -1.0, "cost_ms": 1.0}, [{"qid": "q0", "score": 0.0}]))
+    C.record(first, C.PointResult({"hit_rate": 1.0, "retrieve_ms": 1.0}, [{"qid": "q0", "hit": 0.0}]))
     S.mark_complete(first, S.point_fingerprint(spec, points[0]))
     half = tmp_path / "out" / "points" / points[1].id
     half.mkdir(parents=True)  # point 2 was killed midway: files but no marker
@@ -290,7 +380,7 @@ def test_resume_runs_only_unfinished_points(tmp_path):
     import pandas as pd
 
     runs = pd.read_parquet(tmp_path / "out" / "runs.parquet")
-    assert list(runs["y"]) == [-1.0, 4.0, 6.0]  # the finished point's recorded result is kept
+    assert list(runs["hit_rate"]) == [1.0, 0.5, 0.75]  # the finished point's recorded result is kept
     again = _run(spec, tmp_path)
     assert again.ran == [] and len(again.reused) == 3
     spec2 = _tiny_spec(tmp_path, {"x": [1, 2, 3]})  # same notebook code: same fingerprints
@@ -321,7 +411,7 @@ def test_a_run_eval_notebook_is_read_through_its_metrics_json(tmp_path):
     (run / "questions.jsonl").write_text(
         json.dumps({"id": "q1", "hit": True, "reciprocal_rank": 1.0, "keyword_hit": None}) + "\n" +
         json.dumps({"id": "q2", "hit": False, "reciprocal_rank": 0.0, "keyword_hit": True}) + "\n")
-    data = S.read_point(tmp_path)
+    data = G.read_point(tmp_path)
     assert data["metrics"] == {"retrieval.hit_rate@4": 0.75, "retrieval.mrr@4": 0.5, "privacy.probes_leaked": 0,
                                "timings.total_s": 3.5}
     assert data["per_question"] == [{"qid": "q1", "hit": 1.0, "reciprocal_rank": 1.0},
@@ -332,15 +422,128 @@ def test_chunking_cost_bypasses_the_cache_and_counts_the_index_chunks(tmp_path):
     """cold_* figures come from the model itself (the cache sees no call) on exactly the chunks
     the index holds."""
     from adiyan.config import load_settings
+    from adiyan.eval.harness import open_index
+    from adiyan.experiments import chunking
     from tests.conftest import MODEL_DIR
 
     s = load_settings(environ={}, overrides={"paths.data_dir": str(tmp_path / "d"), "paths.cache_dir": str(tmp_path / "c"),
                                               "paths.models_dir": str(MODEL_DIR),
                                               "eval.evalset": str(ROOT / "evalsets" / "adiyan_basic")})
-    h = S.open_sweep_kb(s)
-    emb = S.sweep_embedder(s)
+    h = open_index(s)
+    emb = h.kb.embedder
     before = (emb.stats.hits, emb.stats.misses)
-    cost = S.chunking_cost(s)
+    cost = chunking.chunking_cost(s)
     assert (emb.stats.hits, emb.stats.misses) == before
     assert cost["cost_chunks"] == h.build["n_chunks"] and cost["cost_documents"] == len(h.evalset.documents)
     assert cost["cold_index_s"] == pytest.approx(cost["cold_chunking_s"] + cost["cold_embed_s"])
+
+
+# ---------------------------------------------------------------------------- "best" from the registry
+
+
+def _finished_sweep(tmp_path, spec, data_by_x):
+    """Points marked finished with the given data (point.json, or a run_eval folder), no kernel."""
+    points = S.expand(spec)
+    out = tmp_path / "out"
+    for p in points:
+        pdir = out / "points" / p.id
+        pdir.mkdir(parents=True)
+        data = data_by_x[p.params["x"]]
+        if "metrics.json" in data:  # what evaluate.ipynb leaves: run_eval's folder inside the point
+            run = pdir / "run" / "20250101-000000-abc"
+            run.mkdir(parents=True)
+            (run / "metrics.json").write_text(json.dumps(data["metrics.json"]))
+        else:
+            C.record(pdir, data["point"])
+        S.mark_complete(pdir, S.point_fingerprint(spec, p))
+    return points, out
+
+
+def _best_rows(html: str) -> dict[str, tuple[str, str, str]]:
+    part = html.split("<h2>Best point per metric</h2>", 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r'<tr><td>([^<]+)</td><td>([^<]+)</td><td class="num">([^<]+)</td><td>([^<]+)</td></tr>', part)
+    return {m: (d, v, lab) for m, d, v, lab in rows}
+
+
+def test_best_is_marked_by_the_registry_direction(tmp_path):
+    """A point with the higher principles_holding_share is best (the old "_s" fragment made it
+    lower-is-better), the lower retrieve_ms is best, n_chunks (neutral) has no best; every metric
+    marked best is registered and its direction is the registry's."""
+    spec = _tiny_spec(tmp_path, {"x": [1, 2, 3]})
+    vals = {1: (0.6, 30.0, 120.0), 2: (1.0, 20.0, 80.0), 3: (0.8, 10.0, 100.0)}
+    points, out = _finished_sweep(tmp_path, spec, {x: {"point": C.PointResult(
+        {"principles_holding_share": a, "retrieve_ms": b, "n_chunks": c})} for x, (a, b, c) in vals.items()})
+    runs_path, index = write_outputs(spec, points, out)
+    html = index.read_text()
+    best = _best_rows(html)
+    assert best == {"principles_holding_share": ("higher is better", "1.0", "x=2"),
+                    "retrieve_ms": ("lower is better", "10.0", "x=3")}
+    g = G.gather(spec, points, out)
+    for m, b in G.best_points(g, g.metric_cols).items():
+        assert b["direction"] == M.lookup("sweep", m).direction
+    assert 'class="num best">1.0<' in html and 'class="num best">10.0<' in html
+    assert 'class="num best">80' not in html and 'class="num best">120' not in html  # neutral: never best
+    import pyarrow.parquet as papq
+
+    meta = json.loads(papq.read_schema(runs_path).metadata[b"adiyan.sweep"])
+    assert meta["direction"] == {"principles_holding_share": "higher", "retrieve_ms": "lower", "n_chunks": "neutral"}
+
+
+def test_eval_sweep_columns_are_looked_up_by_group(tmp_path):
+    """evaluate.ipynb's columns are group.name of metrics.json: ragas.rouge_score and
+    ragas.non_llm_string_similarity are higher-is-better, timings.total_s lower (the old
+    fragment list had the first two backwards)."""
+    spec = _tiny_spec(tmp_path, {"x": [1, 2, 3]})
+    vals = {1: (0.2, 0.7, 5.0), 2: (0.5, 0.3, 3.0), 3: (0.4, 0.5, 4.0)}
+    data = {x: {"metrics.json": {"metrics": {"ragas": {"rouge_score": a, "non_llm_string_similarity": b}},
+                                 "timings": {"total_s": t}}} for x, (a, b, t) in vals.items()}
+    points, out = _finished_sweep(tmp_path, spec, data)
+    _, index = write_outputs(spec, points, out)
+    assert _best_rows(index.read_text()) == {
+        "ragas.rouge_score": ("higher is better", "0.5", "x=2"),
+        "ragas.non_llm_string_similarity": ("higher is better", "0.7", "x=1"),
+        "timings.total_s": ("lower is better", "3.0", "x=2")}
+    g = G.gather(spec, points, out)
+    assert g.key("ragas.rouge_score") == ("ragas", "rouge_score") and g.direction("timings.total_s") == M.LOWER
+
+
+def test_an_unregistered_metric_stops_the_report_naming_it(tmp_path):
+    spec = _tiny_spec(tmp_path, {"x": [1]})
+    points = S.expand(spec)
+    pdir = tmp_path / "out" / "points" / points[0].id
+    pdir.mkdir(parents=True)  # a point.json written past record(): "y" is declared nowhere
+    (pdir / C.POINT_FILE).write_text(json.dumps({"status": "ok", "metrics": {"y": 1.0, "hit_rate": 0.5},
+                                                 "per_question": [{"qid": "q1", "score": 1.0}]}))
+    S.mark_complete(pdir, S.point_fingerprint(spec, points[0]))
+    with pytest.raises(S.SweepError, match=r"not registered.*sweep/y, sweep/score"):
+        write_outputs(spec, points, tmp_path / "out")
+    assert not (tmp_path / "out" / "index.html").exists()
+
+
+def test_retrieval_experiment_reports_the_harness_rows_through_the_pipeline(tmp_path):
+    """A retrieval point's metrics are the evaluation harness's (the rows ``invoke eval``
+    computes), renamed; and the point's retrieval.* settings reach the pipeline (bm25 ranks
+    adiyan_basic differently from dense, and has no floor)."""
+    from adiyan.config import load_settings
+    from adiyan.eval.harness import open_index, question_rows, retrieval_metrics
+    from adiyan.experiments import retrieval
+    from adiyan.factory import open_retriever
+    from tests.conftest import MODEL_DIR
+
+    s = load_settings(environ={}, overrides={"paths.data_dir": str(tmp_path / "d"), "paths.cache_dir": str(tmp_path / "c"),
+                                              "paths.models_dir": str(MODEL_DIR),
+                                              "eval.evalset": str(ROOT / "evalsets" / "adiyan_basic")})
+    res = retrieval.evaluate_retrieval(s)
+    index = open_index(s)
+    qr = question_rows(index, open_retriever(s, index.kb))
+    want = retrieval_metrics(qr, 4)["retrieval"]
+    assert (res.metrics["hit_rate"], res.metrics["mrr"], res.metrics["ndcg@10"], res.metrics["recall@10"]) == \
+        (want["hit_rate@4"], want["mrr@4"], want["ndcg@10"], want["recall@10"])
+    assert [r["qid"] for r in res.per_question] == [r["id"] for r in qr.rows]
+    assert [r.get("rr") for r in res.per_question] == [r["reciprocal_rank"] for r in qr.rows]
+    assert res.info["retrieval"]["mode"] == "dense" and res.metrics["private_leaked"] == 0.0
+    bm25 = retrieval.evaluate_retrieval(s.with_overrides({"retrieval.mode": "bm25"}))
+    assert bm25.info["retrieval"]["mode"] == "bm25" and bm25.info["floor"] is None
+    # dense finds every gold source first; bm25 ranks one of the 14 answerable questions' second
+    assert res.metrics["mrr"] == 1.0 and bm25.metrics["mrr"] == pytest.approx(13.5 / 14, abs=1e-6)
+    assert sum(a.get("rr") != b.get("rr") for a, b in zip(res.per_question, bm25.per_question)) == 1

@@ -3,7 +3,8 @@ returned by every read path; a crash between steps is repaired on the next open.
 
 import pytest
 
-from adiyan.kb import IngestError, KnowledgeBase
+from adiyan.factory import open_kb, open_retriever
+from adiyan.kb import IngestError
 from adiyan.store import open_store
 
 V1 = "# Tour\n\n" + "The Julian Alps Weekend costs 450 euros per person. " * 30
@@ -23,11 +24,11 @@ def _fail_at(stage):
 
 def _all_paths_show(kb, needle, absent):
     key = "office/tour.md"
-    res = kb.retrieve_knowledge_base("Julian Alps price", "someone", top_k=10)
+    res = kb.rp.retrieve_knowledge_base("Julian Alps price", "someone", top_k=10)
     assert res.chunks and all(needle in c.text and absent not in c.text for c in res.chunks if c.source == key)
-    within = kb.search_within_document(key, "price", "someone", top_k=10)
+    within = kb.rp.search_within_document(key, "price", "someone", top_k=10)
     assert within.chunks and all(needle in c.text for c in within.chunks)
-    assert kb.find_source_document("Julian Alps price", "someone")["source"] == key
+    assert kb.rp.find_source_document("Julian Alps price", "someone")["source"] == key
     assert needle in kb.get_document_text(key, "someone") and absent not in kb.get_document_text(key, "someone")
     assert needle.encode() in kb.get_document(key, "someone")
     docs = kb.list_documents("someone")
@@ -38,7 +39,8 @@ def _all_paths_show(kb, needle, absent):
 def kb(make_settings, minilm):
     s = make_settings(**{"chunking.size": 300, "chunking.overlap": 50})
     store = open_store(s)
-    kb = KnowledgeBase(s, store, minilm)
+    kb = open_kb(s, embedder=minilm, store=store)
+    kb.rp = open_retriever(s, kb)  # the six read paths over this KB
     yield kb
     store.close()
 
@@ -71,7 +73,8 @@ def test_crash_after_commit_is_repaired_on_reopen(make_settings, minilm):
     """A crash between commit and the old version's deletion leaves both; reopening keeps the new one."""
     s = make_settings(**{"chunking.size": 300, "chunking.overlap": 50})
     store = open_store(s)
-    kb = KnowledgeBase(s, store, minilm)
+    kb = open_kb(s, embedder=minilm, store=store)
+    kb.rp = open_retriever(s, kb)  # the six read paths over this KB
     v1 = kb.ingest_text(V1, "tour.md", "office", "global")
     kb.fault_hook = _fail_at("after_commit")
     with pytest.raises(InjectedFault):
@@ -79,7 +82,8 @@ def test_crash_after_commit_is_repaired_on_reopen(make_settings, minilm):
     assert kb.count_chunks("office/tour.md") > v1.n_chunks  # both versions present: the crash window
     store.close()
     store2 = open_store(s)
-    kb2 = KnowledgeBase(s, store2, minilm)  # repair() runs on open
+    kb2 = open_kb(s, embedder=minilm, store=store2)  # repair() runs on open
+    kb2.rp = open_retriever(s, kb2)  # the six read paths over this KB
     assert kb2.count_chunks("office/tour.md") == kb2.raw.get("office/tour.md", is_owner=True).n_chunks
     _all_paths_show(kb2, "520", "450")
     store2.close()
@@ -125,13 +129,14 @@ def test_batch_equals_one_by_one(kb, make_settings, minilm):
     kb.ingest_many(items, batch_chunks=3)  # several groups
     s2 = make_settings(**{"chunking.size": 300, "chunking.overlap": 50, "paths.data_dir": str(kb.raw.root.parent.parent / "other")})
     store2 = open_store(s2)
-    kb2 = KnowledgeBase(s2, store2, minilm)
+    kb2 = open_kb(s2, embedder=minilm, store=store2)
+    kb2.rp = open_retriever(s2, kb2)  # the six read paths over this KB
     try:
         for data, name, owner, vis in items:
             kb2.ingest_document(data, name, owner, vis)
         for q in ["bled tour", "Marker M-3", "piran"]:
-            a = kb.retrieve_knowledge_base(q, "x", top_k=8, floor=-1.0).chunks
-            b = kb2.retrieve_knowledge_base(q, "x", top_k=8, floor=-1.0).chunks
+            a = kb.rp.retrieve_knowledge_base(q, "x", top_k=8, floor=-1.0).chunks
+            b = kb2.rp.retrieve_knowledge_base(q, "x", top_k=8, floor=-1.0).chunks
             assert a and [(c.source, c.chunk_index, c.text) for c in a] == [(c.source, c.chunk_index, c.text) for c in b]
             # torch's batched matmuls round differently for another batch make-up (~1e-6), never more
             assert [c.score for c in a] == pytest.approx([c.score for c in b], abs=1e-5)

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from .beir import load_beir
 
 REQUIRED_KEYS = {"id", "question", "gold_answer", "gold_sources", "answer_keywords", "kind"}
 KINDS = {"lookup", "paraphrase", "exact_token", "multi_hop", "unanswerable", "private"}
@@ -72,15 +76,13 @@ class Evalset:
     _questions_file: str = "questions.jsonl"
 
     def to_pandas(self):
-        import pandas as pd
+        import pandas as pd  # heavy: pandas loads only when a notebook asks for a frame
 
         return pd.DataFrame([{**q.__dict__, "extra": q.extra} for q in self.questions])
 
 
 def beir_cache_root() -> Path:
     """Where BEIR folders are turned into evalsets (``$ADIYAN_EVALSET_CACHE`` or ``~/.cache/adiyan/evalsets``)."""
-    import os
-
     return Path(os.environ.get("ADIYAN_EVALSET_CACHE") or Path.home() / ".cache" / "adiyan" / "evalsets")
 
 
@@ -94,10 +96,6 @@ def materialize_beir(beir_dir: str | Path, out_root: str | Path | None = None, *
     of the source files under ``out_root`` (default :func:`beir_cache_root`), never into the
     repository, so the chunking and retrieval code runs on a QA set exactly as on an authored set.
     """
-    import re
-
-    from .beir import load_beir
-
     src = Path(beir_dir)
     files = [src / "corpus.jsonl", src / "queries.jsonl", src / "qrels" / f"{split}.tsv"]
     qa_path = src.parent / "qa.jsonl"

@@ -8,15 +8,23 @@ the failure and the *after* prevents it. `invoke replay` prints the table and wr
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import tempfile
+import textwrap
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from ..agent import TIERS, AuthorizationError, Requester, route_request
 from ..chunking import chunk_text
+from ..factory import open_embedder, open_kb, open_memory, open_retriever, score_floor
+from ..ingest.parse import parse_document
+from ..kb import DocumentNotFound
 from ..models.base import cosine
+from ..store import Point
 
 ROOT = Path(__file__).resolve().parents[2]
 INCIDENTS_DIR = ROOT / "evalsets" / "incidents"
@@ -55,7 +63,7 @@ def chunk_dilution(settings, embedder) -> IncidentResult:
 
     before, n_before = fact_score(strategy="fixed", size=max(len(text) + 1, 50), overlap=0)
     after, n_after = fact_score(strategy="markdown", size=settings.chunking.size, overlap=settings.chunking.overlap)
-    floor = settings.score_floor(embedder.id)
+    floor = score_floor(settings, embedder.id)
     holds = before < floor <= after
     return IncidentResult(1, "chunk dilution", "0.496 → 0.665 (floor 0.55, nomic-embed-text)",
                           f"{before:.3f} → {after:.3f} (floor {floor:.3f})", embedder.id, holds,
@@ -68,25 +76,23 @@ def chunk_dilution(settings, embedder) -> IncidentResult:
 def unscoped_search(settings, embedder) -> IncidentResult:
     """Another owner's private chunk leaks through a search without the requester's scope; the
     policy stops it on all six read paths; the migration makes legacy (unlabelled) chunks private."""
-    from ..kb import DocumentNotFound, KnowledgeBase
-    from ..store import Point, open_store
-
     secret = "The door code of Mira's flat is 4-7-1-9."
     with tempfile.TemporaryDirectory() as tmp:
         s = _settings_for(settings, tmp, **{"store.exact": True})
-        kb = KnowledgeBase(s, open_store(s), embedder)
+        kb = open_kb(s, embedder=embedder)
+        retriever = open_retriever(s, kb)
         try:
             kb.ingest_text("# Office\n\nThe office door code is posted at reception.", "office.md", "office", "global")
             kb.ingest_text(f"# Private\n\n{secret}", "mira.md", "mira", "private")
             q = "What is the door code?"
-            unscoped = kb.retrieve_knowledge_base(q, None, is_owner=True, top_k=4, floor=-1).chunks  # the seed's bug
+            unscoped = retriever.retrieve_knowledge_base(q, None, is_owner=True, top_k=4, floor=-1).chunks  # the seed's bug
             leaked_before = sum(secret in c.text for c in unscoped)
             leaks_after = 0
-            leaks_after += sum(secret in c.text for c in kb.retrieve_knowledge_base(q, "tomas", top_k=4, floor=-1).chunks)
-            found = kb.find_source_document(q, "tomas", floor=-1)
+            leaks_after += sum(secret in c.text for c in retriever.retrieve_knowledge_base(q, "tomas", top_k=4, floor=-1).chunks)
+            found = retriever.find_source_document(q, "tomas", floor=-1)
             leaks_after += int(bool(found) and found["source"] == "mira/mira.md")
             leaks_after += sum(d["source"] == "mira/mira.md" for d in kb.list_documents("tomas"))
-            for call in (lambda: kb.search_within_document("mira/mira.md", q, "tomas", floor=-1),
+            for call in (lambda: retriever.search_within_document("mira/mira.md", q, "tomas", floor=-1),
                          lambda: kb.get_document_text("mira/mira.md", "tomas"),
                          lambda: kb.get_document("mira/mira.md", "tomas")):
                 try:
@@ -101,9 +107,9 @@ def unscoped_search(settings, embedder) -> IncidentResult:
                                                    "text": "Legacy note: the safe code is 2-2-0-8."})])
             migrated = kb.migrate_private("mira")
             legacy_visible = sum("2-2-0-8" in c.text for c in
-                                 kb.retrieve_knowledge_base("safe code", "tomas", top_k=10, floor=-1).chunks)
+                                 retriever.retrieve_knowledge_base("safe code", "tomas", top_k=10, floor=-1).chunks)
             legacy_owner = sum("2-2-0-8" in c.text for c in
-                               kb.retrieve_knowledge_base("safe code", "mira", top_k=10, floor=-1).chunks)
+                               retriever.retrieve_knowledge_base("safe code", "mira", top_k=10, floor=-1).chunks)
         finally:
             kb.store.close()
     holds = leaked_before >= 1 and leaks_after == 0 and migrated == 1 and legacy_visible == 0 and legacy_owner == 1
@@ -120,13 +126,11 @@ def unscoped_search(settings, embedder) -> IncidentResult:
 def stale_fact(settings, embedder) -> IncidentResult:
     """'favourite colour is teal', later 'crimson, not teal': similarity alone ranks the stale
     statement first; recency re-ranking puts the correction first."""
-    from ..memory import Memory
-
     now = datetime(2026, 6, 1, 12, tzinfo=timezone.utc)
     stale, fix = "My favourite colour is teal.", "Actually my favourite colour is crimson, not teal."
     with tempfile.TemporaryDirectory() as tmp:
         s = _settings_for(settings, tmp)
-        mem = Memory.from_settings(s, embedder=embedder, infer=False)
+        mem = open_memory(s, embedder, infer=False)
         try:
             mem.add(stale, user_id="u", created_at=now - timedelta(days=30))
             mem.add(fix, user_id="u", created_at=now - timedelta(days=1))
@@ -152,9 +156,7 @@ def stale_fact(settings, embedder) -> IncidentResult:
 # 4 ---------------------------------------------------------------------------------------------
 def _text_frames_only(data: bytes) -> list[int]:
     """The seed's first extractor: text frames of top-level shapes, nothing else, no report."""
-    import io
-
-    from pptx import Presentation
+    from pptx import Presentation  # heavy-ish: python-pptx loads only for this replay
 
     return [sum(len(sh.text_frame.text.strip()) for sh in slide.shapes if sh.has_text_frame)
             for slide in Presentation(io.BytesIO(data)).slides]
@@ -163,8 +165,6 @@ def _text_frames_only(data: bytes) -> list[int]:
 def image_only_slide(settings, embedder) -> IncidentResult:
     """An image-only slide: the old extractor yields nothing and says nothing; the two-tier path
     (python-pptx, then OCR) yields its text, or a named warning when even OCR finds nothing."""
-    from ..ingest.parse import parse_document
-
     deck = ROOT / "evalsets" / "adiyan_full" / "docs" / "sales_deck.pptx"
     data = deck.read_bytes()
     before_chars = _text_frames_only(data)
@@ -196,10 +196,6 @@ def permission_gap(settings, embedder) -> IncidentResult:
     """A message routed to a capability the requester's tier lacks. Before: the seed's router
     swallowed the refusal and returned nothing, dropping the message. After: the agent's router
     raises an AuthorizationError the caller sees (and logs it), or runs the route."""
-    import logging
-
-    from ..agent import TIERS, AuthorizationError, Requester, route_request
-
     def seed_router(message, requester):  # the gap, reproduced: refusal swallowed, message gone
         try:
             return route_request(message, requester)
@@ -237,9 +233,7 @@ INCIDENTS = [chunk_dilution, unscoped_search, stale_fact, image_only_slide, perm
 
 
 def replay_all(settings, *, embedder=None, progress: bool = True) -> list[IncidentResult]:
-    from ..models import embedder_from_settings
-
-    embedder = embedder or embedder_from_settings(settings, progress=progress)
+    embedder = embedder or open_embedder(settings, progress=progress)
     results = []
     for fn in INCIDENTS:
         t0 = time.perf_counter()
@@ -260,8 +254,6 @@ def format_table(results: list[IncidentResult]) -> str:
     widths = [min(max(len(row[i]) for row in rows), 60 if i in (2, 3) else 40) for i in range(6)]
 
     def wrap(text: str, w: int) -> list[str]:
-        import textwrap
-
         return textwrap.wrap(text, w) or [""]
 
     out = []

@@ -31,14 +31,28 @@ Run = Mapping[str, Mapping[str, float]]
 
 SUPPORTED = ("ndcg", "recall", "mrr", "map")
 
-try:  # ranx is the reference; its numba kernels compile on first use (cached on disk).
-    import ranx as _ranx
-except ImportError:  # pragma: no cover - exercised only where ranx is not installed
-    _ranx = None
+_UNLOADED = object()
+_ranx_module = _UNLOADED
+
+
+def _ranx():
+    """ranx (the reference), imported on first use; None where it is not installed.
+
+    Importing ranx takes seconds (numba), so ``import adiyan.cli`` does not pay for it; its
+    numba kernels then compile on first use (cached on disk).
+    """
+    global _ranx_module
+    if _ranx_module is _UNLOADED:
+        try:
+            import ranx  # heavy: numba; ~3 s to import, paid on the first metric computed
+        except ImportError:  # pragma: no cover - exercised only where ranx is not installed
+            ranx = None
+        _ranx_module = ranx
+    return _ranx_module
 
 
 def backend() -> str:
-    return "ranx" if _ranx is not None else "numpy"
+    return "ranx" if _ranx() is not None else "numpy"
 
 
 def parse_metric(metric: str) -> tuple[str, int | None]:
@@ -119,19 +133,19 @@ def per_query_numpy(qrels: Qrels, run: Run, metric: str) -> dict[str, float]:
 def _ranx_objects(qrels: Qrels, run: Run, name: str = "run"):
     judged = _judged(qrels)
     canon = _canonical_run(run, judged)
-    q = _ranx.Qrels(judged)
-    r = _ranx.Run({qid: docs for qid, docs in canon.items() if docs}, name=name)
+    q = _ranx().Qrels(judged)
+    r = _ranx().Run({qid: docs for qid, docs in canon.items() if docs}, name=name)
     return q, r.make_comparable(q)  # empty rankings for judged queries the run left out
 
 
 def per_query(qrels: Qrels, run: Run, metric: str, *, use_ranx: bool | None = None) -> dict[str, float]:
     """One score per judged query (the input of a paired test)."""
-    use_ranx = (_ranx is not None) if use_ranx is None else use_ranx
+    use_ranx = (_ranx() is not None) if use_ranx is None else use_ranx
     if not use_ranx:
         return per_query_numpy(qrels, run, metric)
     parse_metric(metric)
     q, r = _ranx_objects(qrels, run)
-    scores = _ranx.evaluate(q, r, metric, return_mean=False)
+    scores = _ranx().evaluate(q, r, metric, return_mean=False)
     return dict(zip(r.get_query_ids(), (float(s) for s in scores)))
 
 
@@ -141,11 +155,11 @@ def evaluate_run(qrels: Qrels, run: Run, metrics: Iterable[str] = ("ndcg@10", "r
     metrics = list(metrics)
     for m in metrics:
         parse_metric(m)
-    use_ranx = (_ranx is not None) if use_ranx is None else use_ranx
+    use_ranx = (_ranx() is not None) if use_ranx is None else use_ranx
     if not use_ranx:
         return {m: float(np.mean(list(per_query_numpy(qrels, run, m).values()))) for m in metrics}
     q, r = _ranx_objects(qrels, run)
-    out = _ranx.evaluate(q, r, metrics)
+    out = _ranx().evaluate(q, r, metrics)
     if len(metrics) == 1:
         out = {metrics[0]: out}
     return {m: float(out[m]) for m in metrics}
@@ -177,10 +191,10 @@ def compare_runs(qrels: Qrels, runs: Mapping[str, Run], metrics: Iterable[str] =
     per = {n: {m: per_query(qrels, runs[n], m) for m in metrics} for n in names}
     scores = {n: {m: float(np.mean(list(per[n][m].values()))) for m in metrics} for n in names}
     p_values: dict[str, dict[str, float]] = {}
-    if stat_test == "student" and _ranx is not None and len(names) > 1:
-        q = _ranx.Qrels(_judged(qrels))
+    if stat_test == "student" and _ranx() is not None and len(names) > 1:
+        q = _ranx().Qrels(_judged(qrels))
         ranx_runs = [_ranx_objects(qrels, runs[n], name=n)[1] for n in names]
-        report = _ranx.compare(q, ranx_runs, metrics, stat_test="student", max_p=max_p,
+        report = _ranx().compare(q, ranx_runs, metrics, stat_test="student", max_p=max_p,
                                rounding_digits=6).to_dict()
         p_values = {n: {m: float(report[baseline]["comparisons"][n][m]) for m in metrics}
                     for n in names if n != baseline}
@@ -235,7 +249,7 @@ def fisher_randomization_p(a: np.ndarray, b: np.ndarray, n_permutations: int = 1
 
 def paired_t_p(a: np.ndarray, b: np.ndarray) -> float:
     """Two-sided paired Student's t-test p-value."""
-    from scipy import stats
+    from scipy import stats  # heavy: scipy loads only when a paired t-test is asked for
 
     a, b = np.asarray(a, float), np.asarray(b, float)
     if np.allclose(a, b):

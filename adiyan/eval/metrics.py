@@ -1,8 +1,11 @@
-"""Retrieval and answer metrics of the slice, computed by hand so tests can check them exactly."""
+"""Retrieval and answer metrics computed by hand (so tests can check them exactly), and the
+registry that declares every metric the workbench writes (name, group, direction, range).
+"""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from statistics import fmean
 from typing import Sequence
 
@@ -37,3 +40,228 @@ def abstained(answer: str) -> bool:
 def mean_or_none(values: Sequence[float | bool | None]) -> float | None:
     vals = [float(v) for v in values if v is not None]
     return round(fmean(vals), 6) if vals else None
+
+
+# ================================================================== the metric registry
+#
+# Every metric the workbench writes is declared once, here: its name (a pattern where a part
+# varies: ``hit_rate@{k}``), group, direction, range and whether an LLM judged it. Reports, the
+# run index, sweep pages, significance tests and "best" all read it; a metric that is not
+# registered is an error (``UnregisteredMetric``), never a guess from its name.
+
+HIGHER, LOWER, NEUTRAL = "higher", "lower", "neutral"  # neutral: a count or size, no "best"
+
+
+class UnregisteredMetric(KeyError):
+    """A metric name that the registry does not declare."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # may hold {placeholders}: hit_rate@{k}, hit_rate.{kind}
+    group: str  # the metrics.json group; "sweep" for per-point experiment metrics, "bench" for benchmarks
+    direction: str  # higher | lower | neutral
+    lo: float | None = None  # range, when bounded
+    hi: float | None = None
+    judged: bool = False  # an LLM judged it: only as reliable as the judge's calibration
+    description: str = ""
+
+    @property
+    def higher_is_better(self) -> bool | None:
+        return None if self.direction == NEUTRAL else self.direction == HIGHER
+
+    def pattern(self) -> re.Pattern:
+        parts = re.split(r"(\{[a-z_]+\})", self.name)
+        return re.compile("^" + "".join("[^/]+?" if p.startswith("{") else re.escape(p) for p in parts) + "$")
+
+
+def _m(group, name, direction, lo=None, hi=None, judged=False, description=""):
+    return Metric(name, group, direction, lo, hi, judged, description)
+
+
+_UNIT = dict(lo=0.0, hi=1.0)
+REGISTRY: tuple[Metric, ...] = (
+    # -- invoke eval: retrieval over source keys, at the configured k and at depth 10
+    _m("retrieval", "hit_rate@{k}", HIGHER, **_UNIT, description="share of answerable questions with a gold source in the top k"),
+    _m("retrieval", "mrr@{k}", HIGHER, **_UNIT, description="mean reciprocal rank of the first gold source in the top k"),
+    _m("retrieval", "ndcg@{k}", HIGHER, **_UNIT, description="nDCG over the source ranking (ranx)"),
+    _m("retrieval", "recall@{k}", HIGHER, **_UNIT, description="share of gold sources in the source ranking (ranx)"),
+    _m("retrieval", "map@{k}", HIGHER, **_UNIT, description="mean average precision over the source ranking (ranx)"),
+    _m("retrieval", "precision@{k}", HIGHER, **_UNIT),
+    _m("retrieval", "transform_failures", LOWER, lo=0.0, description="questions whose query transformation fell back (empty HyDE passage)"),
+    _m("by_kind", "hit_rate.{kind}", HIGHER, **_UNIT, description="hit rate at k per question kind"),
+    _m("privacy", "private_chunks_leaked", LOWER, lo=0.0, description="another owner's private chunks in any ranking (must be 0)"),
+    _m("privacy", "probe_questions", NEUTRAL, lo=0.0),
+    _m("privacy", "probes_leaked", LOWER, lo=0.0, description="private-leak probes whose private document reached the asker"),
+    _m("privacy", "probes_owner_retrieved", HIGHER, **_UNIT, description="share of probes whose document its owner retrieves with the same question (the probe can fail)"),
+    _m("ocr", "hit_rate", HIGHER, **_UNIT, description="hit rate of questions only an image holds the answer to"),
+    _m("ocr", "questions", NEUTRAL, lo=0.0),
+    _m("answer", "keyword_recall", HIGHER, **_UNIT, description="answers holding every answer keyword"),
+    _m("answer", "abstain_rate_unanswerable", HIGHER, **_UNIT, description="unanswerable questions the model declined"),
+    _m("answer", "abstain_rate_answerable", LOWER, **_UNIT, description="answerable questions the model declined"),
+    _m("ragas", "id_based_context_precision", HIGHER, **_UNIT),
+    _m("ragas", "id_based_context_recall", HIGHER, **_UNIT),
+    _m("ragas", "non_llm_string_similarity", HIGHER, **_UNIT),
+    _m("ragas", "rouge_score", HIGHER, **_UNIT),
+    _m("ragas", "exact_match", HIGHER, **_UNIT),
+    _m("ragas_llm", "judge_agreement", HIGHER, **_UNIT, description="the judge's agreement with labelled pairs"),
+    _m("ragas_llm", "judge_agreement_ci_low", HIGHER, **_UNIT, description="lower bound of its 95% confidence interval"),
+    _m("ragas_llm", "judge_reliable", HIGHER, **_UNIT, description="1 when the judge's agreement clears the line"),
+    _m("ragas_llm", "faithfulness", HIGHER, **_UNIT, judged=True),
+    _m("ragas_llm", "answer_relevancy", HIGHER, **_UNIT, judged=True),
+    _m("ragas_llm", "llm_context_precision", HIGHER, **_UNIT, judged=True),
+    _m("ragas_llm", "llm_context_recall", HIGHER, **_UNIT, judged=True),
+    _m("ragas_llm", "noise_sensitivity", LOWER, **_UNIT, judged=True, description="share of claims not supported (RAGAS: lower is better)"),
+    _m("ragas_llm", "{metric}.failed", LOWER, lo=0.0, description="judge calls that failed for this metric"),
+    _m("ragas_llm", "{metric}.n", NEUTRAL, lo=0.0, description="questions the judged mean is over"),
+    _m("incidents", "principles_holding_share", HIGHER, **_UNIT),
+    _m("incidents", "{n}_{name}_holds", HIGHER, **_UNIT),
+    _m("incidents", "{n}_{name}_variants_held", HIGHER, **_UNIT, description="share of authored variants that hold"),
+    _m("incidents", "chunk_dilution_before", NEUTRAL, lo=-1.0, hi=1.0, description="the fact's cosine with heading-blind chunks"),
+    _m("incidents", "chunk_dilution_after", HIGHER, lo=-1.0, hi=1.0, description="the fact's cosine with structural chunks"),
+    _m("regression", "{id}", HIGHER, **_UNIT, description="1 when the regression case passes, 0 when it fails"),
+    _m("dataset", "ingest_failed", LOWER, lo=0.0, description="documents of the evalset that could not be ingested"),
+    # -- per-point experiment metrics (sweeps): retrieval at the point's own k
+    _m("sweep", "hit_rate", HIGHER, **_UNIT, description="hit rate at the point's retrieval.kb_top_k"),
+    _m("sweep", "mrr", HIGHER, **_UNIT, description="MRR at the point's retrieval.kb_top_k"),
+    _m("sweep", "ndcg@{k}", HIGHER, **_UNIT),
+    _m("sweep", "recall@{k}", HIGHER, **_UNIT),
+    _m("sweep", "hit_rate.{kind}", HIGHER, **_UNIT),
+    _m("sweep", "context_tokens", LOWER, lo=0.0, description="tokens of the top-k context (the cost side of k)"),
+    _m("sweep", "retrieve_ms", LOWER, lo=0.0),
+    _m("sweep", "retrieve_p95_ms", LOWER, lo=0.0),
+    _m("sweep", "private_leaked", LOWER, lo=0.0),
+    _m("sweep", "transform_failures", LOWER, lo=0.0),
+    _m("sweep", "n_chunks", NEUTRAL, lo=0.0),
+    _m("sweep", "index_build_s", LOWER, lo=0.0),
+    _m("sweep", "chunking_s", LOWER, lo=0.0),
+    _m("sweep", "index_embedded_texts", NEUTRAL, lo=0.0),
+    _m("sweep", "mean_chunk_chars", NEUTRAL, lo=0.0),
+    _m("sweep", "cold_chunking_s", LOWER, lo=0.0),
+    _m("sweep", "cold_embed_s", LOWER, lo=0.0),
+    _m("sweep", "cold_index_s", LOWER, lo=0.0),
+    _m("sweep", "cost_documents", NEUTRAL, lo=0.0),
+    _m("sweep", "cost_chunks", NEUTRAL, lo=0.0),
+    # -- per-point metrics of the other experiments (adiyan.experiments; sweep pages read these)
+    _m("sweep", "hit@{k}", HIGHER, **_UNIT, description="memory: the expected memory is in the top k (hit@1: first)"),
+    _m("sweep", "correction_hit@{k}", HIGHER, **_UNIT, description="memory: hit@k of questions whose fact was corrected"),
+    _m("sweep", "stable_hit@{k}", HIGHER, **_UNIT, description="memory: hit@k of questions whose old fact never changed"),
+    _m("sweep", "stale_rate", LOWER, **_UNIT, description="memory: corrections outranked by what they superseded"),
+    _m("sweep", "search_ms", LOWER, lo=0.0, description="memory: search latency"),
+    _m("sweep", "p50_ms", LOWER, lo=0.0, description="hnsw: median search latency"),
+    _m("sweep", "p95_ms", LOWER, lo=0.0),
+    _m("sweep", "mean_ms", LOWER, lo=0.0),
+    _m("sweep", "exact_p50_ms", LOWER, lo=0.0, description="hnsw: the engine's brute force on the same filter, for scale"),
+    _m("sweep", "private_returned", LOWER, lo=0.0, description="hnsw: private points returned under the access filter (must be 0)"),
+    _m("sweep", "build_s", LOWER, lo=0.0, description="hnsw: upsert and optimize time of the index"),
+    _m("sweep", "indexed_share", NEUTRAL, **_UNIT, description="hnsw: share of vectors the HNSW graph holds"),
+    _m("sweep", "engine_recall@{k}", HIGHER, **_UNIT, description="dims: the engine's top k against the exact float32 top k"),
+    _m("sweep", "dim", NEUTRAL, lo=0.0),
+    _m("sweep", "vectors", NEUTRAL, lo=0.0),
+    _m("sweep", "bytes_per_vector", LOWER, lo=0.0, description="dims: what the search reads per vector"),
+    _m("sweep", "float32_bytes_per_vector", NEUTRAL, lo=0.0, description="dims: reference arithmetic"),
+    _m("sweep", "int8_bytes_per_vector", NEUTRAL, lo=0.0, description="dims: reference arithmetic"),
+    _m("sweep", "projected_1M_chunks_gb", LOWER, lo=0.0),
+    _m("sweep", "projected_1M_chunks_float32_gb", NEUTRAL, lo=0.0, description="dims: reference arithmetic"),
+    _m("sweep", "disk_segments_kb", LOWER, lo=0.0),
+    _m("sweep", "disk_dense_vectors_kb", LOWER, lo=0.0),
+    _m("sweep", "disk_quantized_kb", LOWER, lo=0.0),
+    _m("sweep", "disk_hnsw_kb", LOWER, lo=0.0),
+    _m("sweep", "quantized_built", NEUTRAL, **_UNIT, description="dims: 1 when the shard holds int8 codes"),
+    _m("sweep", "keyword_recall", HIGHER, **_UNIT, description="context: answers holding every answer keyword"),
+    _m("sweep", "gold_in_context", HIGHER, **_UNIT, description="context: a gold source survived into the context"),
+    _m("sweep", "abstain_rate_answerable", LOWER, **_UNIT),
+    _m("sweep", "abstain_rate_unanswerable", HIGHER, **_UNIT),
+    _m("sweep", "truncated_share", NEUTRAL, **_UNIT, description="context: answers whose context the budget cut"),
+    _m("sweep", "generate_s", LOWER, lo=0.0),
+    _m("sweep", "answer_cache_hits", NEUTRAL, lo=0.0),
+    _m("sweep", "answer_cache_misses", NEUTRAL, lo=0.0),
+    _m("sweep", "principles_holding_share", HIGHER, **_UNIT),
+    _m("sweep", "{n}_{name}_holds", HIGHER, **_UNIT),
+    # -- per-question scores the experiments record (paired tests against a sweep's baseline)
+    _m("sweep", "hit", HIGHER, **_UNIT, description="per question: a gold source in the top k"),
+    _m("sweep", "rr", HIGHER, **_UNIT, description="per question: reciprocal rank of the first gold source / expected memory"),
+    _m("sweep", "reciprocal_rank", HIGHER, **_UNIT, description="per question of invoke eval's questions.jsonl"),
+    _m("sweep", "keyword_hit", HIGHER, **_UNIT),
+    _m("sweep", "stale", LOWER, **_UNIT),
+    _m("sweep", "top1_weight", NEUTRAL, **_UNIT, description="memory: recency weight of the top hit"),
+    _m("sweep", "latency_ms", LOWER, lo=0.0),
+    _m("sweep", "truncated", NEUTRAL, **_UNIT),
+    _m("sweep", "passages_used", NEUTRAL, lo=0.0),
+    _m("sweep", "abstained", NEUTRAL, **_UNIT, description="right on unanswerable questions, wrong on answerable ones"),
+    _m("sweep", "holds", HIGHER, **_UNIT),
+    _m("sweep", "seconds", LOWER, lo=0.0),
+    # -- invoke eval's timings (metrics.json "timings"), read by the eval sweep as timings.NAME
+    _m("timings", "ingest_s", LOWER, lo=0.0),
+    _m("timings", "retrieve_s", LOWER, lo=0.0),
+    _m("timings", "generate_s", LOWER, lo=0.0),
+    _m("timings", "score_s", LOWER, lo=0.0),
+    _m("timings", "incidents_s", LOWER, lo=0.0),
+    _m("timings", "total_s", LOWER, lo=0.0),
+)
+
+
+def _index(registry):
+    by_group: dict[str, list[Metric]] = {}
+    for m in registry:
+        by_group.setdefault(m.group, []).append(m)
+    return by_group
+
+
+_BY_GROUP = _index(REGISTRY)
+
+
+def register(*metrics: Metric) -> None:
+    """Add metrics declared by a module of their own (an experiment); a name declared twice
+    with another direction is an error."""
+    global REGISTRY, _BY_GROUP
+    for m in metrics:
+        for old in _BY_GROUP.get(m.group, []):
+            if old.name == m.name:
+                if (old.direction, old.judged) != (m.direction, m.judged):
+                    raise ValueError(f"metric {m.group}/{m.name} registered twice with different directions")
+                break
+        else:
+            REGISTRY = REGISTRY + (m,)
+    _BY_GROUP = _index(REGISTRY)
+
+
+def lookup(group: str, name: str) -> Metric:
+    """The registered metric ``name`` of ``group``; exact names win over patterns."""
+    candidates = _BY_GROUP.get(group, [])
+    for m in candidates:
+        if m.name == name:
+            return m
+    for m in candidates:
+        if "{" in m.name and m.pattern().match(name):
+            return m
+    raise UnregisteredMetric(f"metric {group}/{name} is not registered in adiyan.eval.metrics.REGISTRY")
+
+
+def direction(group: str, name: str) -> str:
+    return lookup(group, name).direction
+
+
+def is_judged(group: str, name: str) -> bool:
+    return lookup(group, name).judged
+
+
+def best_of(group: str, name: str, values: Sequence[float]) -> float | None:
+    """The best of ``values`` by the metric's direction (None for neutral metrics)."""
+    d = direction(group, name)
+    vals = [v for v in values if v is not None]
+    if not vals or d == NEUTRAL:
+        return None
+    return max(vals) if d == HIGHER else min(vals)
+
+
+def check_metrics(groups: dict) -> list[str]:
+    """Names (group/name) in a metrics.json ``metrics`` mapping that are not registered."""
+    out = []
+    for g, vals in groups.items():
+        for n in vals:
+            try:
+                lookup(g, n)
+            except UnregisteredMetric:
+                out.append(f"{g}/{n}")
+    return out

@@ -42,36 +42,27 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import math
 import os
 import random
 from collections import Counter
 from dataclasses import dataclass
 from statistics import fmean
-from typing import Any, Iterable, Mapping, Sequence, Type
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Type
 
-os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")  # before ragas is imported
+os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")  # before ragas is imported (on first use: _ragas)
 
 import numpy as np  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
-from ragas.dataset_schema import EvaluationDataset, SingleTurnSample  # noqa: E402
-from ragas.embeddings.base import BaseRagasEmbedding  # noqa: E402
-from ragas.llms.base import InstructorBaseRagasLLM  # noqa: E402
-from ragas.metrics._context_precision import IDBasedContextPrecision  # noqa: E402
-from ragas.metrics._context_recall import IDBasedContextRecall  # noqa: E402
-from ragas.metrics.collections import (  # noqa: E402
-    AnswerRelevancy,
-    ContextPrecisionWithReference,
-    ContextRecall,
-    DistanceMeasure,
-    ExactMatch,
-    Faithfulness,
-    NoiseSensitivity,
-    NonLLMStringSimilarity,
-    RougeScore,
-)
+from tqdm.auto import tqdm  # noqa: E402
 
 from .judge import Calibration, Judge, JudgeCallFailed, JudgeStats, judged_metric_flags  # noqa: E402
+
+if TYPE_CHECKING:  # annotations only: ragas itself is imported on first use (_ragas)
+    from ragas.dataset_schema import EvaluationDataset
+    from ragas.metrics.collections import DistanceMeasure
 
 NON_LLM_METRICS = ("id_based_context_precision", "id_based_context_recall", "non_llm_string_similarity",
                    "rouge_score", "exact_match")
@@ -89,6 +80,101 @@ REQUIRES = {
 }
 ROW_STATUSES = ("ok", "judge_failed", "metric_error", "out_of_range", "undefined", "skipped")
 FAILED_ROW_STATUSES = ("judge_failed", "metric_error", "out_of_range")
+
+
+# ---------------------------------------------------------------- ragas, imported on first use
+
+@functools.cache
+def _ragas() -> SimpleNamespace:
+    """ragas' classes and the adapters over them (:class:`JudgeRagasLLM`,
+    :class:`AdiyanRagasEmbeddings`), imported once, when something is first scored.
+
+    Importing ragas takes ~2 s (pydantic models, langchain, instructor): ``import adiyan.cli``
+    and every command that scores nothing do not pay for it.
+    """
+    from ragas.dataset_schema import EvaluationDataset, SingleTurnSample  # heavy: ragas (~2 s), on first use
+    from ragas.embeddings.base import BaseRagasEmbedding  # heavy: ragas, on first use
+    from ragas.llms.base import InstructorBaseRagasLLM  # heavy: ragas, on first use
+    from ragas.metrics._context_precision import IDBasedContextPrecision  # heavy: ragas, on first use
+    from ragas.metrics._context_recall import IDBasedContextRecall  # heavy: ragas, on first use
+    from ragas.metrics.collections import (  # heavy: ragas, on first use
+        AnswerRelevancy,
+        ContextPrecisionWithReference,
+        ContextRecall,
+        DistanceMeasure,
+        ExactMatch,
+        Faithfulness,
+        NoiseSensitivity,
+        NonLLMStringSimilarity,
+        RougeScore,
+    )
+
+    class JudgeRagasLLM(InstructorBaseRagasLLM):
+        """The smallest LLM ragas 0.4 collections metrics accept: every prompt goes through
+        ``Judge.ask(prompt, response_model)``; a failed judgement raises ``JudgeCallFailed``."""
+
+        def __init__(self, judge: Judge):
+            self.judge = judge
+            self.model = judge.id  # informative only; ragas does not read it for custom LLMs
+
+        def generate(self, prompt: str, response_model: Type[BaseModel]) -> BaseModel:
+            result = self.judge.ask(prompt, response_model)
+            if result.value is None:
+                raise JudgeCallFailed(result)
+            return result.value
+
+        async def agenerate(self, prompt: str, response_model: Type[BaseModel]) -> BaseModel:
+            # Synchronous on purpose: rows are scored one at a time, the judge enforces its own
+            # deadline, and the judge's metric / sample scope (a contextvar) stays in this task.
+            return self.generate(prompt, response_model)
+
+        def __repr__(self) -> str:
+            return f"JudgeRagasLLM(judge={self.judge.id!r})"
+
+    class AdiyanRagasEmbeddings(BaseRagasEmbedding):
+        """An adiyan embedder (``embed(texts, kind) -> float32 rows``) as a ragas 0.4 embedding."""
+
+        def __init__(self, embedder, kind: str = "query"):
+            super().__init__(cache=None)
+            self.embedder = embedder
+            self.kind = kind  # answer relevancy compares questions with questions: query side
+
+        def embed_texts(self, texts: list[str], **kwargs) -> list[list[float]]:
+            if not texts:
+                return []
+            return np.asarray(self.embedder.embed(list(texts), self.kind), dtype=np.float64).tolist()
+
+        def embed_text(self, text: str, **kwargs) -> list[float]:
+            return self.embed_texts([text])[0]
+
+        async def aembed_text(self, text: str, **kwargs) -> list[float]:
+            return self.embed_text(text)
+
+        async def aembed_texts(self, texts: list[str], **kwargs) -> list[list[float]]:
+            return self.embed_texts(texts)
+
+    # module attributes from now on (adiyan.eval.ragas_metrics.JudgeRagasLLM), picklable by name
+    for adapter in (JudgeRagasLLM, AdiyanRagasEmbeddings):
+        adapter.__module__, adapter.__qualname__ = __name__, adapter.__name__
+        globals()[adapter.__name__] = adapter
+    return SimpleNamespace(
+        EvaluationDataset=EvaluationDataset, SingleTurnSample=SingleTurnSample,
+        IDBasedContextPrecision=IDBasedContextPrecision, IDBasedContextRecall=IDBasedContextRecall,
+        AnswerRelevancy=AnswerRelevancy, ContextPrecisionWithReference=ContextPrecisionWithReference,
+        ContextRecall=ContextRecall, DistanceMeasure=DistanceMeasure, ExactMatch=ExactMatch,
+        Faithfulness=Faithfulness, NoiseSensitivity=NoiseSensitivity,
+        NonLLMStringSimilarity=NonLLMStringSimilarity, RougeScore=RougeScore,
+        JudgeRagasLLM=JudgeRagasLLM, AdiyanRagasEmbeddings=AdiyanRagasEmbeddings)
+
+
+_LAZY = ("JudgeRagasLLM", "AdiyanRagasEmbeddings", "DistanceMeasure")
+
+
+def __getattr__(name: str):
+    """``JudgeRagasLLM``, ``AdiyanRagasEmbeddings`` and ``DistanceMeasure`` import ragas on first access."""
+    if name in _LAZY:
+        return getattr(_ragas(), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------- rows
@@ -144,13 +230,14 @@ def normalize_row(row: Mapping | EvalRow, index: int = 0, *, id_field: str = "so
 def to_ragas_dataset(rows: Sequence[Mapping | EvalRow], *, id_field: str = "source") -> EvaluationDataset:
     """Our rows as a ragas ``EvaluationDataset`` of ``SingleTurnSample`` (user_input,
     response, retrieved_contexts, retrieved_context_ids, reference, reference_context_ids)."""
+    ragas = _ragas()
     samples = []
     for i, r in enumerate(rows):
         r = normalize_row(r, i, id_field=id_field)
-        samples.append(SingleTurnSample(user_input=r.question, response=r.answer, retrieved_contexts=r.contexts,
-                                        retrieved_context_ids=r.retrieved_ids, reference=r.reference,
-                                        reference_context_ids=r.reference_ids))
-    return EvaluationDataset(samples=samples)
+        samples.append(ragas.SingleTurnSample(user_input=r.question, response=r.answer,
+                                              retrieved_contexts=r.contexts, retrieved_context_ids=r.retrieved_ids,
+                                              reference=r.reference, reference_context_ids=r.reference_ids))
+    return ragas.EvaluationDataset(samples=samples)
 
 
 def _finite(v: Any) -> float | None:
@@ -175,28 +262,32 @@ def _run(coro):
 
 # ---------------------------------------------------------------- non-LLM metrics
 
-def non_llm_metrics(*, rouge_type: str = "rougeL", distance: DistanceMeasure = DistanceMeasure.LEVENSHTEIN) -> dict:
+def non_llm_metrics(*, rouge_type: str = "rougeL", distance: DistanceMeasure | None = None) -> dict:
+    """The non-LLM ragas metric objects; ``distance`` defaults to ``DistanceMeasure.LEVENSHTEIN``."""
+    ragas = _ragas()
     return {
-        "id_based_context_precision": IDBasedContextPrecision(),
-        "id_based_context_recall": IDBasedContextRecall(),
-        "non_llm_string_similarity": NonLLMStringSimilarity(distance_measure=distance),
-        "rouge_score": RougeScore(rouge_type=rouge_type, mode="fmeasure"),
-        "exact_match": ExactMatch(),
+        "id_based_context_precision": ragas.IDBasedContextPrecision(),
+        "id_based_context_recall": ragas.IDBasedContextRecall(),
+        "non_llm_string_similarity": ragas.NonLLMStringSimilarity(
+            distance_measure=ragas.DistanceMeasure.LEVENSHTEIN if distance is None else distance),
+        "rouge_score": ragas.RougeScore(rouge_type=rouge_type, mode="fmeasure"),
+        "exact_match": ragas.ExactMatch(),
     }
 
 
 def score_non_llm(rows: Sequence[Mapping | EvalRow], *, id_field: str = "source", rouge_type: str = "rougeL",
-                  distance: DistanceMeasure = DistanceMeasure.LEVENSHTEIN) -> dict[str, list[float | None]]:
+                  distance: DistanceMeasure | None = None) -> dict[str, list[float | None]]:
     """Per-row values of the non-LLM metrics, computed by ragas. ``None`` = undefined for that
     row: no answer or no reference (string metrics), nothing retrieved (precision), no
     reference ids (recall)."""
     norm = [normalize_row(r, i, id_field=id_field) for i, r in enumerate(rows)]
     metrics = non_llm_metrics(rouge_type=rouge_type, distance=distance)
+    sample = _ragas().SingleTurnSample
 
     async def go():
         out: dict[str, list[float | None]] = {name: [] for name in metrics}
         for r in norm:
-            ids = SingleTurnSample(retrieved_context_ids=r.retrieved_ids, reference_context_ids=r.reference_ids)
+            ids = sample(retrieved_context_ids=r.retrieved_ids, reference_context_ids=r.reference_ids)
             out["id_based_context_precision"].append(
                 _finite(await metrics["id_based_context_precision"].single_turn_ascore(ids))
                 if r.retrieved_ids else None)
@@ -224,53 +315,7 @@ def summarize(per_row: Mapping[str, Sequence[float | None]]) -> dict[str, dict]:
     return out
 
 
-# ---------------------------------------------------------------- adapters for LLM-judged metrics
-
-class JudgeRagasLLM(InstructorBaseRagasLLM):
-    """The smallest LLM ragas 0.4 collections metrics accept: every prompt goes through
-    ``Judge.ask(prompt, response_model)``; a failed judgement raises ``JudgeCallFailed``."""
-
-    def __init__(self, judge: Judge):
-        self.judge = judge
-        self.model = judge.id  # informative only; ragas does not read it for custom LLMs
-
-    def generate(self, prompt: str, response_model: Type[BaseModel]) -> BaseModel:
-        result = self.judge.ask(prompt, response_model)
-        if result.value is None:
-            raise JudgeCallFailed(result)
-        return result.value
-
-    async def agenerate(self, prompt: str, response_model: Type[BaseModel]) -> BaseModel:
-        # Synchronous on purpose: rows are scored one at a time, the judge enforces its own
-        # deadline, and the judge's metric / sample scope (a contextvar) stays in this task.
-        return self.generate(prompt, response_model)
-
-    def __repr__(self) -> str:
-        return f"JudgeRagasLLM(judge={self.judge.id!r})"
-
-
-class AdiyanRagasEmbeddings(BaseRagasEmbedding):
-    """An adiyan embedder (``embed(texts, kind) -> float32 rows``) as a ragas 0.4 embedding."""
-
-    def __init__(self, embedder, kind: str = "query"):
-        super().__init__(cache=None)
-        self.embedder = embedder
-        self.kind = kind  # answer relevancy compares questions with questions: query side
-
-    def embed_texts(self, texts: list[str], **kwargs) -> list[list[float]]:
-        if not texts:
-            return []
-        return np.asarray(self.embedder.embed(list(texts), self.kind), dtype=np.float64).tolist()
-
-    def embed_text(self, text: str, **kwargs) -> list[float]:
-        return self.embed_texts([text])[0]
-
-    async def aembed_text(self, text: str, **kwargs) -> list[float]:
-        return self.embed_text(text)
-
-    async def aembed_texts(self, texts: list[str], **kwargs) -> list[list[float]]:
-        return self.embed_texts(texts)
-
+# ---------------------------------------------------------------- LLM-judged metrics
 
 def canonical_metric_names(metrics: Iterable[str] | None) -> list[str]:
     names = []
@@ -291,22 +336,23 @@ def build_llm_metrics(judge: Judge, embedder=None, metrics: Iterable[str] | None
     ``strictness`` times and relies on sampling for variety; with a deterministic judge
     (temperature 0) and a prompt-hash cache the repeats are identical cache hits.
     """
-    llm = JudgeRagasLLM(judge)
+    ragas = _ragas()
+    llm = ragas.JudgeRagasLLM(judge)
     out = {}
     for name in canonical_metric_names(metrics):
         if name == "faithfulness":
-            out[name] = Faithfulness(llm=llm)
+            out[name] = ragas.Faithfulness(llm=llm)
         elif name == "answer_relevancy":
             if embedder is None:
                 raise ValueError("answer_relevancy needs an embedder")
-            out[name] = AnswerRelevancy(llm=llm, embeddings=AdiyanRagasEmbeddings(embedder),
-                                        strictness=answer_relevancy_strictness)
+            out[name] = ragas.AnswerRelevancy(llm=llm, embeddings=ragas.AdiyanRagasEmbeddings(embedder),
+                                              strictness=answer_relevancy_strictness)
         elif name == "llm_context_precision":
-            out[name] = ContextPrecisionWithReference(llm=llm, name="llm_context_precision")
+            out[name] = ragas.ContextPrecisionWithReference(llm=llm, name="llm_context_precision")
         elif name == "llm_context_recall":
-            out[name] = ContextRecall(llm=llm, name="llm_context_recall")
+            out[name] = ragas.ContextRecall(llm=llm, name="llm_context_recall")
         elif name == "noise_sensitivity":
-            out[name] = NoiseSensitivity(llm=llm, mode=noise_mode)
+            out[name] = ragas.NoiseSensitivity(llm=llm, mode=noise_mode)
     return out
 
 
@@ -357,8 +403,6 @@ def score_llm(rows: Sequence[Mapping | EvalRow], judge: Judge, embedder=None, me
                 "errors": {}} for i, r in enumerate(norm)]
     before = {m: _copy_stats(judge.by_metric.get(m)) for m in names}
     n_fail_before = len(judge.failures)
-
-    from tqdm.auto import tqdm
 
     bar = tqdm(total=len(chosen) * len(names), desc="judged metrics", unit="score", disable=not progress,
                leave=False)

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import json
 import platform
-import re
 import time
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -29,16 +29,16 @@ from tqdm.auto import tqdm
 
 from .. import __version__
 from ..cache import CallCache
+from ..report import write_index, write_run_report
+from ..factory import open_llm, open_retriever, score_floor
 from ..generation import answer_question
-from ..kb import IngestError, IngestItem, KnowledgeBase
-from ..models import embedder_from_settings, llm_from_settings
-from ..retrieval import transform
-from ..store import open_store
 from . import metrics as M
-from .evalset import load_evalset
-
-EVAL_REQUESTER = "eval-user"
-IR_DEPTH = 10
+from .harness import EVAL_REQUESTER, IR_DEPTH, close_index, open_index, question_rows, retrieval_metrics  # noqa: F401
+from .incidents import replay_all
+from .ir_metrics import backend as ir_backend
+from .judge import calibrate, evalset_calibration_pairs, judge_from_settings
+from .ragas_metrics import score_llm, score_non_llm, summarize
+from .regression import check
 
 
 class RegressionFailed(RuntimeError):
@@ -51,118 +51,37 @@ class RegressionFailed(RuntimeError):
                          "; ".join(f"{f.id}: {f.reason}" for f in failures))
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
-
-
 def new_run_id(settings) -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + settings.config_hash()[:6]
 
 
-def open_eval_kb(settings, es, *, progress: bool = True, embedder=None):
-    """The evalset's knowledge base, ingested: one index per (evalset version, embedder), so
-    reruns reuse it and a chunking change re-ingests only what changed."""
-    ds_hash = es.content_hash()
-    embedder = embedder or embedder_from_settings(settings, progress=progress)
-    kb_settings = settings.with_overrides({
-        "paths.data_dir": str(Path(settings.paths.data_dir) / "eval" / f"{_slug(es.name)}-{ds_hash[:8]}" / _slug(embedder.id))})
-    kb = KnowledgeBase(kb_settings, open_store(kb_settings), embedder)
-    ingested = kb.ingest_many([IngestItem(doc.path, doc.filename, doc.owner, doc.visibility) for doc in es.documents],
-                              progress=progress)
-    failed = [r for r in ingested if isinstance(r, IngestError)]
-    if failed:  # an evalset document that does not ingest makes every number meaningless
-        raise failed[0]
-    kb.finish_ingest()
-    return kb, ingested
-
-
-def _source_run(chunks) -> dict[str, float]:
-    """Chunk ranking → source ranking: each source scored by its best chunk (1/rank keeps order)."""
-    run: dict[str, float] = {}
-    for rank, c in enumerate(chunks, 1):
-        run.setdefault(c.source, 1.0 / rank)
-    return run
-
-
-def _leaked(chunks, requester: str) -> list[str]:
-    return [f"{c.source}#{c.chunk_index}" for c in chunks
-            if c.payload.get("visibility") != "global" and c.payload.get("owner_identity") != requester]
-
-
-def _answer_rows(settings, es, kb, llm, progress):
-    k = settings.retrieval.kb_top_k
-    answer_cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
-    rows, run, qrels, timings = [], {}, {}, {"retrieve_s": 0.0, "generate_s": 0.0}
-    hyde_llm = (llm or llm_from_settings(settings)) if settings.retrieval.query_transform == "hyde" else None
-    for q in tqdm(es.questions, desc="questions", unit="q", disable=not progress):
-        requester = q.requester or EVAL_REQUESTER
-        t1 = time.perf_counter()
-        deep = transform.retrieve(kb, q.question, requester, top_k=max(k, IR_DEPTH), llm=hyde_llm,
-                                  cache=answer_cache)
-        result_chunks = deep.chunks[:k]
-        t2 = time.perf_counter()
-        timings["retrieve_s"] += t2 - t1
-        sources = [c.source for c in result_chunks]
-        answer = answer_question(llm, q.question, result_chunks, settings, cache=answer_cache) if llm else None
-        timings["generate_s"] += time.perf_counter() - t2
-        if q.answerable:
-            qrels[q.id] = {s: 1 for s in q.gold_sources}
-            run[q.id] = _source_run(deep.chunks)
-        probe = q.extra.get("probe_private")
-        probe_key = next((d.source_key for d in es.documents if d.filename == probe), None) if probe else None
-        rows.append({
-            "id": q.id, "question": q.question, "kind": q.kind, "requester": requester,
-            "gold_answer": q.gold_answer, "gold_sources": q.gold_sources, "answer_keywords": q.answer_keywords,
-            "needs_ocr": bool(q.extra.get("needs_ocr")), "probe_private": probe_key,
-            "retrieved": [c.as_dict() for c in result_chunks],
-            "empty_reason": deep.empty_reason if not result_chunks else None,
-            "hit": M.hit(sources, q.gold_sources) if q.answerable else None,
-            "reciprocal_rank": M.reciprocal_rank(sources, q.gold_sources) if q.answerable else None,
-            "leaked_private": _leaked(deep.chunks, requester),
-            "probe_leaked": (probe_key in {c.source for c in deep.chunks}) if probe_key else None,
+def _answer(rows, results, settings, llm, answer_cache, progress) -> float:
+    """Answer every question from its retrieved top k (the rows gain answer fields); seconds spent."""
+    t0 = time.perf_counter()
+    for r in tqdm(rows, desc="answer", unit="q", disable=not progress or llm is None):
+        answer = answer_question(llm, r["question"], results[r["id"]].chunks, settings, cache=answer_cache) \
+            if llm else None
+        answerable = r["hit"] is not None
+        r.update({
             "answer": answer.text if answer else None,
             "answer_used": answer.used if answer else None,
-            "keyword_hit": M.keyword_hit(answer.text, q.answer_keywords) if answer and q.answerable else None,
+            "keyword_hit": M.keyword_hit(answer.text, r["answer_keywords"]) if answer and answerable else None,
             "abstained": M.abstained(answer.text) if answer else None,
-            "latency_s": round(time.perf_counter() - t1, 4),
         })
-    return rows, run, qrels, timings, answer_cache
+    return time.perf_counter() - t0
 
 
-def _metric_groups(settings, rows, run, qrels) -> dict:
-    from .ir_metrics import evaluate_run
-
-    k = settings.retrieval.kb_top_k
+def _answer_group(rows) -> dict | None:
+    if not any(r.get("answer") is not None for r in rows):
+        return None
     answerable = [r for r in rows if r["hit"] is not None]
     unanswerable = [r for r in rows if r["hit"] is None]
-    groups = {"retrieval": {
-        f"hit_rate@{k}": M.mean_or_none([r["hit"] for r in answerable]),
-        f"mrr@{k}": M.mean_or_none([r["reciprocal_rank"] for r in answerable]),
-    }}
-    if qrels:
-        ir = evaluate_run(qrels, run, [f"ndcg@{IR_DEPTH}", f"recall@{IR_DEPTH}", f"mrr@{IR_DEPTH}", f"map@{IR_DEPTH}"])
-        groups["retrieval"].update({m: round(v, 6) for m, v in ir.items()})
-    groups["by_kind"] = {f"hit_rate.{kind}": M.mean_or_none([r["hit"] for r in answerable if r["kind"] == kind])
-                         for kind in sorted({r["kind"] for r in answerable})}
-    probes = [r for r in rows if r["probe_private"]]
-    groups["privacy"] = {"private_chunks_leaked": sum(len(r["leaked_private"]) for r in rows),
-                         "probe_questions": len(probes),
-                         "probes_leaked": sum(bool(r["probe_leaked"]) for r in probes)}
-    ocr = [r for r in answerable if r["needs_ocr"]]
-    if ocr:
-        groups["ocr"] = {"hit_rate": M.mean_or_none([r["hit"] for r in ocr]), "questions": len(ocr)}
-    if any(r["answer"] is not None for r in rows):
-        groups["answer"] = {
-            "keyword_recall": M.mean_or_none([r["keyword_hit"] for r in answerable]),
+    return {"keyword_recall": M.mean_or_none([r["keyword_hit"] for r in answerable]),
             "abstain_rate_unanswerable": M.mean_or_none([r["abstained"] for r in unanswerable]),
-            "abstain_rate_answerable": M.mean_or_none([r["abstained"] for r in answerable]),
-        }
-    return groups
+            "abstain_rate_answerable": M.mean_or_none([r["abstained"] for r in answerable])}
 
 
 def _ragas_non_llm(rows) -> tuple[dict, dict]:
-    from .ragas_metrics import score_non_llm, summarize
-
     ragas_rows = [{"id": r["id"], "question": r["question"], "answer": r["answer"], "retrieved": r["retrieved"],
                    "gold_answer": r["gold_answer"] if r["hit"] is not None else None,
                    "gold_sources": r["gold_sources"]} for r in rows]
@@ -173,9 +92,6 @@ def _ragas_non_llm(rows) -> tuple[dict, dict]:
 
 def _ragas_llm(settings, es, rows, embedder, progress, doc_texts) -> dict | None:
     """LLM-judged metrics on a sample, beside the judge's calibration on labelled pairs."""
-    from .judge import calibrate, evalset_calibration_pairs, judge_from_settings
-    from .ragas_metrics import score_llm
-
     judge = judge_from_settings(settings)
     if judge is None:
         return None
@@ -194,10 +110,6 @@ def _ragas_llm(settings, es, rows, embedder, progress, doc_texts) -> dict | None
 
 
 def _incident_groups(settings, embedder, run_dir: Path) -> dict:
-    from dataclasses import asdict
-
-    from .incidents import replay_all
-
     results = replay_all(settings, embedder=embedder, progress=False)
     (run_dir / "incidents.json").write_text(json.dumps([asdict(r) for r in results], indent=2), encoding="utf-8")
     group = {"principles_holding_share": round(sum(r.holds for r in results) / len(results), 6)}
@@ -211,28 +123,35 @@ def _incident_groups(settings, embedder, run_dir: Path) -> dict:
 
 
 def run_eval(settings, *, progress: bool = True, run_id: str | None = None, incidents: bool | None = None) -> Path:
-    from .regression import check
-
     t_start = time.perf_counter()
-    es = load_evalset(settings.eval.evalset)
-    ds_hash = es.content_hash()
     run_id = run_id or new_run_id(settings)
     run_dir = Path(settings.paths.reports_dir) / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(settings.to_yaml(), encoding="utf-8")
     t0 = time.perf_counter()
-    kb, ingested = open_eval_kb(settings, es, progress=progress)
-    embedder = kb.embedder
+    index = open_index(settings, progress=progress)
+    es, ds_hash, kb, embedder = index.evalset, index.evalset_hash, index.kb, index.kb.embedder
+    answer_cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
     try:
         timings = {"ingest_s": time.perf_counter() - t0}
-        llm = llm_from_settings(settings) if settings.eval.generate else None
-        rows, run, qrels, t, answer_cache = _answer_rows(settings, es, kb, llm, progress)
-        timings.update(t)
+        llm = open_llm(settings) if settings.eval.generate or settings.retrieval.query_transform == "hyde" else None
+        retriever = open_retriever(settings, kb, llm, cache=answer_cache)
+        qr = question_rows(index, retriever, progress=progress, desc="retrieve")
+        rows = qr.rows
+        timings["retrieve_s"] = qr.retrieve_s
+        timings["generate_s"] = _answer(rows, qr.results, settings, llm if settings.eval.generate else None,
+                                        answer_cache, progress)
         n_chunks = kb.count_chunks()
-        doc_texts = {d.source_key: kb.get_document_text(d.source_key, None, is_owner=True) for d in es.documents}
+        doc_texts = {d.source_key: kb.get_document_text(d.source_key, None, is_owner=True) for d in es.documents
+                     if d.filename not in {f["file"] for f in index.ingest_failures}}
     finally:
-        kb.store.close()
-    groups = _metric_groups(settings, rows, run, qrels)
+        close_index(index)
+    groups = retrieval_metrics(qr, settings.retrieval.kb_top_k)
+    answers = _answer_group(rows)
+    if answers is not None:
+        groups["answer"] = answers
+    if index.ingest_failures:
+        groups["dataset"] = {"ingest_failed": len(index.ingest_failures)}
     t0 = time.perf_counter()
     groups["ragas"], ragas_rows = _ragas_non_llm(rows)
     for name, values in ragas_rows.items():
@@ -261,13 +180,17 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         "python": platform.python_version(),
         "config_hash": settings.config_hash(),
         "config": settings.to_dict(),
-        "models": {"embedder": {**embedder.describe(), "score_floor": settings.score_floor(embedder.id)},
+        "models": {"embedder": {**embedder.describe(), "score_floor": score_floor(settings, embedder.id)},
                    "llm": ({"id": llm.id, "context_size": llm.context_size} if llm else None),
                    "judge": settings.eval.judge},
         "dataset": {"name": es.name, "path": str(es.root), "hash": ds_hash,
                     "n_documents": len(es.documents), "n_questions": len(es.questions),
-                    "n_answerable": len(qrels), "n_chunks": n_chunks,
-                    "documents_reingested": sum(r.changed for r in ingested)},
+                    "n_answerable": len(qr.qrels), "n_chunks": n_chunks,
+                    "index_dir": str(index.data_dir), "index_reused": index.reused,
+                    "documents_reingested": 0 if index.reused else index.build.get("n_changed", 0),
+                    "ingest_failed": index.ingest_failures},
+        "retrieval": {**retriever.describe(), "transform_failures": retriever.transform_failures},
+        "ir_backend": ir_backend(),
         "metrics": groups,
         "regression": [r.as_dict() for r in regression],
         "regression_failed": sum(r.status == "fail" for r in regression),
@@ -279,8 +202,6 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
     (run_dir / "metrics.json").write_text(json.dumps(out, indent=2, ensure_ascii=False), encoding="utf-8")
-    from ..report import write_index, write_run_report
-
     write_run_report(run_dir)
     write_index(Path(settings.paths.reports_dir))
     failures = [r for r in regression if r.status == "fail"]

@@ -3,8 +3,8 @@
 Docling and the OCR engines load on first use, so importing this package stays cheap.
 """
 
-from .parse import parse_document
+from .parse import parse_cached, parse_document
 from .report import ExtractionReport, ExtractionWarning, ParsedDocument, ParseError, UnitReport
 
 __all__ = ["ExtractionReport", "ExtractionWarning", "ParseError", "ParsedDocument", "UnitReport",
-           "parse_document"]
+           "parse_cached", "parse_document"]

@@ -29,9 +29,9 @@ def _converter(render_pages: bool):
     """The shared converter; ``render_pages`` gives the PDF-only one that also rasterizes pages."""
     with _lock:
         if render_pages not in _converters:
-            from docling.datamodel.base_models import InputFormat
-            from docling.datamodel.pipeline_options import NativePdfPipelineOptions
-            from docling.document_converter import DocumentConverter, NativePdfFormatOption
+            from docling.datamodel.base_models import InputFormat  # heavy: docling loads on first use
+            from docling.datamodel.pipeline_options import NativePdfPipelineOptions  # heavy: docling
+            from docling.document_converter import DocumentConverter, NativePdfFormatOption  # heavy: docling
 
             pdf = NativePdfFormatOption(pipeline_options=NativePdfPipelineOptions(
                 generate_page_images=render_pages, images_scale=OCR_RENDER_SCALE,
@@ -45,7 +45,7 @@ def _converter(render_pages: bool):
 def _convert(data: bytes, extension: str, filename: str, failure_code: str, *, render_pages: bool = False,
              page_range: tuple[int, int] | None = None):
     """Docling's ConversionResult; any failure becomes a ParseError carrying Docling's reason."""
-    from docling.datamodel.base_models import ConversionStatus, DocumentStream
+    from docling.datamodel.base_models import ConversionStatus, DocumentStream  # heavy: docling, on first use
 
     # A fixed stream name: Docling picks the backend from it, and the caller's name is not trusted.
     stream = DocumentStream(name=f"document{extension}", stream=io.BytesIO(data))

@@ -38,7 +38,7 @@ class _RapidOcr:
     name = "rapidocr"
 
     def __init__(self):
-        from rapidocr import RapidOCR
+        from rapidocr import RapidOCR  # heavy, optional: onnxruntime loads only when OCR runs
 
         # Detection on an image scaled so its longer side is 960 px: the default (shorter side scaled
         # *up* to 736 px) blew a 1400x260 slide picture up to 3963x736 and took 10x as long, and it

@@ -9,11 +9,12 @@ text at all is one of them, and a page or slide that yields none is a named warn
 from __future__ import annotations
 
 import codecs
+import hashlib
 import io
 import re
 import time
 import zipfile
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from PIL import Image, ImageSequence
 
@@ -209,3 +210,38 @@ def _ocr_image_file(data: bytes, filename: str, report: ExtractionReport, ocr: s
             report.warn("empty_image", number, f"image {number} of {filename} yielded no text after OCR")
         texts.append(result.text)
     return "\n\n".join(t for t in texts if t)
+
+
+def _parser_code_hash() -> str:
+    """sha256 of the parser's own source: a change to the parser invalidates cached parses."""
+    global _PARSER_CODE
+    if _PARSER_CODE is None:
+        h = hashlib.sha256()
+        for f in sorted(Path(__file__).resolve().parent.glob("*.py")):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+        _PARSER_CODE = h.hexdigest()
+    return _PARSER_CODE
+
+
+_PARSER_CODE: str | None = None
+
+
+def parse_cached(data: bytes, filename: str, ingest, cache=None) -> tuple[str, dict]:
+    """``parse_document`` (text, report dict) through ``cache`` (a CallCache), when one is given.
+
+    Keyed by (file bytes, extension, OCR engine, size limit, the parser's code), so a sweep that
+    re-chunks or re-embeds never parses a document twice, and a parser change parses afresh.
+    """
+    if cache is None:
+        parsed = parse_document(data, filename, max_bytes=ingest.max_bytes, ocr=ingest.ocr)
+        return parsed.text, parsed.report.to_dict()
+    key = cache.key({"sha256": hashlib.sha256(data).hexdigest(), "ext": PurePosixPath(filename).suffix.lower(),
+                     "ocr": ingest.ocr, "max_bytes": ingest.max_bytes, "code": _parser_code_hash()})
+    hit = cache.get(key)
+    if hit is not None:  # the same bytes may come under another name: the report names this one
+        return hit["text"], {**hit["report"], "filename": filename, "cached": True}
+    parsed = parse_document(data, filename, max_bytes=ingest.max_bytes, ocr=ingest.ocr)
+    report = parsed.report.to_dict()
+    cache.put(key, {"text": parsed.text, "report": report})
+    return parsed.text, report

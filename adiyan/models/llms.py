@@ -15,7 +15,7 @@ class LlamaCppLLM:
     def __init__(self, model_id: str, gguf_path: str, *, context_size: int = 2048, seed: int = 0,
                  temperature: float = 0.0, max_tokens: int = 128, threads: int | None = None):
         try:
-            from llama_cpp import Llama
+            from llama_cpp import Llama  # heavy, optional: llama.cpp loads only with a GGUF model
         except ImportError as exc:
             raise ModelError(f"{model_id}: llama-cpp-python is not installed (scripts/install.sh builds it)") from exc
         self._llama = Llama(model_path=str(gguf_path), n_ctx=context_size, seed=seed,
@@ -53,7 +53,7 @@ class OllamaLLM:
 
     def __init__(self, model_id: str, model_name: str, url: str, *, context_size: int = 2048,
                  temperature: float = 0.0, max_tokens: int = 128, seed: int = 0, timeout_s: float = 120.0):
-        import ollama
+        import ollama  # optional: only for a model served by Ollama
 
         self._client = ollama.Client(host=url, timeout=timeout_s)
         self.id = model_id
@@ -84,7 +84,7 @@ class OpenAICompatibleLLM:
     def __init__(self, model_id: str, url: str, model_name: str | None, *, api_key_env: str = "OPENAI_API_KEY",
                  context_size: int = 8192, temperature: float = 0.0, max_tokens: int = 128, seed: int = 0,
                  timeout_s: float = 120.0):
-        import openai
+        import openai  # optional: only for an OpenAI-compatible server
 
         self._client = openai.OpenAI(base_url=url, api_key=os.environ.get(api_key_env) or "not-needed",
                                      timeout=timeout_s, max_retries=1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..cache import CachedEmbedder, EmbeddingCache
 from . import assets
 from .base import ModelError
 from .embedders import NOMIC_ID, NOMIC_PREFIXES, LlamaCppEmbedder, OllamaEmbedder, SentenceTransformerEmbedder
@@ -106,8 +107,6 @@ def load_llm(name: str, *, url: str | None = None, model: str | None = None, con
 
 def embedder_from_settings(settings, *, cached: bool = True, progress: bool = True):
     """The configured embedder, behind the on-disk embedding cache unless ``cached=False``."""
-    from ..cache import CachedEmbedder, EmbeddingCache
-
     ec = settings.embedder
     emb = load_embedder(ec.name, models_dir=settings.paths.models_dir, url=ec.url, batch_size=ec.batch_size,
                         truncate_dim=ec.truncate_dim, threads=ec.threads, progress=progress)

@@ -3,7 +3,8 @@
 Defaults are the ones that reproduced SciFact's published BM25 figure on our copy (0.676
 nDCG@10 vs 0.665-0.680 published): Lucene's BM25 variant with k1=0.9, b=0.4 (Anserini's
 defaults), lower-casing, bm25s' English stopword list, the Snowball English stemmer from
-PyStemmer, and ``title + " " + text`` as the document (see ``adiyan.eval.beir.doc_text``).
+PyStemmer, and ``title + " " + text`` as the document (BEIR's convention). The retriever takes
+ids and texts; indexing a BEIR corpus is ``adiyan.eval.beir_runs.index_corpus``.
 
 Scores are computed for the whole corpus per query and cut to the top k with ties broken by
 document id; documents that share no term with the query (score 0) are not returned.
@@ -28,7 +29,7 @@ def _stemmer(language: str | None):
     if not language:
         return None
     try:
-        import Stemmer
+        import Stemmer  # optional native stemmer, loaded only when a BM25 index is built
     except ImportError as exc:  # pragma: no cover - PyStemmer is in requirements.txt
         raise ImportError("BM25 stemming needs PyStemmer (pip install PyStemmer)") from exc
     return Stemmer.Stemmer(language)
@@ -52,13 +53,13 @@ class BM25Retriever:
                 "stopwords": self.stopwords, "tokenizer": "bm25s.tokenize (lowercase, \\b\\w\\w+\\b)"}
 
     def _tokenize(self, texts: Sequence[str]) -> list[list[str]]:
-        import bm25s
+        import bm25s  # heavy: bm25s (and scipy) load only when BM25 runs
 
         return bm25s.tokenize(list(texts), lower=True, stopwords=self.stopwords or [], stemmer=self._stemmer,
                               return_ids=False, show_progress=False)
 
     def index(self, ids: Sequence[str], texts: Sequence[str], *, show_progress: bool = False) -> "BM25Retriever":
-        import bm25s
+        import bm25s  # heavy: bm25s (and scipy) load only when BM25 runs
 
         ids = [str(i) for i in ids]
         if len(ids) != len(texts):
@@ -70,12 +71,6 @@ class BM25Retriever:
         self.ids = ids
         self._id_rank = id_ranks(ids)
         return self
-
-    def index_corpus(self, corpus: Mapping[str, Mapping[str, str]]) -> "BM25Retriever":
-        """Index a BEIR corpus ({id: {"title", "text"}}) as ``title + " " + text``."""
-        from ..eval.beir import doc_text
-
-        return self.index(list(corpus), [doc_text(corpus[i]) for i in corpus])
 
     def _require_index(self):
         if self._bm25 is None:
@@ -110,7 +105,7 @@ class BM25Retriever:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "BM25Retriever":
-        import bm25s
+        import bm25s  # heavy: bm25s (and scipy) load only when BM25 runs
 
         path = Path(path)
         meta_path = path / _META

@@ -1,10 +1,13 @@
-"""Dense retrieval: an exact (brute-force) NumPy index and helpers that embed a BEIR corpus.
+"""Dense retrieval: an exact (brute-force) NumPy index and helpers that embed texts and queries.
 
 ``ExactDenseIndex`` is the recall baseline HNSW is measured against: every query is scored
 against every document, so its top-k is the true top-k. Rows are L2-normalised float32 and the
 score is the dot product, i.e. cosine similarity. Top-k takes ``argpartition`` and then a stable
 sort; documents with equal scores are ordered by id (ascending), so the result never depends on
 insertion order or on the partition's pivot.
+
+The core takes ids and texts; embedding and searching a BEIR corpus (``{id: {"title", "text"}}``)
+is :mod:`adiyan.eval.beir_runs`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..models.base import l2_normalize
 
@@ -120,7 +124,7 @@ class ExactDenseIndex:
             return cls(list(z["ids"]), z["vectors"], normalize=False)
 
 
-# -- embedding a BEIR data set ---------------------------------------------------------------
+# -- embedding texts and queries ------------------------------------------------------------
 def embed_texts(embedder, texts: Sequence[str], kind: str = "document", *, batch_size: int = 256,
                 progress: bool = True, desc: str | None = None) -> np.ndarray:
     """Embed ``texts`` in batches with a progress bar; rows are L2-normalised float32.
@@ -128,8 +132,6 @@ def embed_texts(embedder, texts: Sequence[str], kind: str = "document", *, batch
     ``embedder`` is any ``adiyan`` embedder; with a ``CachedEmbedder`` each finished batch is
     stored at once, so an interrupted run resumes where it stopped and a rerun only reads.
     """
-    from tqdm.auto import tqdm
-
     texts = list(texts)
     if not texts:
         return np.zeros((0, embedder.dim), dtype=np.float32)
@@ -143,28 +145,9 @@ def embed_texts(embedder, texts: Sequence[str], kind: str = "document", *, batch
     return l2_normalize(np.concatenate(parts, axis=0))
 
 
-def embed_corpus(embedder, corpus: Mapping[str, Mapping[str, str]], *, batch_size: int = 256,
-                 progress: bool = True) -> tuple[list[str], np.ndarray]:
-    """(doc ids, matrix) for a BEIR corpus, each document embedded as ``title + " " + text``."""
-    from ..eval.beir import doc_text
-
-    ids = list(corpus)
-    return ids, embed_texts(embedder, [doc_text(corpus[i]) for i in ids], "document",
-                            batch_size=batch_size, progress=progress, desc=f"embed corpus ({embedder.id})")
-
-
 def embed_queries(embedder, queries: Mapping[str, str], *, batch_size: int = 256,
                   progress: bool = True) -> tuple[list[str], np.ndarray]:
     """(query ids, matrix), embedded with the model's query prefix (``kind="query"``)."""
     ids = list(queries)
     return ids, embed_texts(embedder, [queries[q] for q in ids], "query", batch_size=batch_size,
                             progress=progress, desc=f"embed queries ({embedder.id})")
-
-
-def dense_run(embedder, corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str, str], k: int = 100, *,
-              batch_size: int = 256, progress: bool = True) -> tuple[Run, ExactDenseIndex, np.ndarray]:
-    """Embed corpus and queries, search exactly; returns (run, index, query matrix)."""
-    doc_ids, doc_vecs = embed_corpus(embedder, corpus, batch_size=batch_size, progress=progress)
-    index = ExactDenseIndex(doc_ids, doc_vecs, normalize=False)
-    qids, qvecs = embed_queries(embedder, queries, batch_size=batch_size, progress=progress)
-    return index.retrieve(qids, qvecs, k), index, qvecs

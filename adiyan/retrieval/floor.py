@@ -70,33 +70,6 @@ def recall_threshold(relevant: list[float], irrelevant: list[float], min_recall:
     return t, tpr - fpr, tpr, fpr
 
 
-def calibrate_floor(kb, evalset, *, requester: str = "eval-user", rule: str = "recall",
-                    min_recall: float = 0.95) -> FloorCalibration:
-    """Scores of gold vs other chunks for every answerable question of ``evalset`` in ``kb``."""
-    relevant, irrelevant = [], []
-    for q in evalset.questions:
-        if not q.answerable:
-            continue
-        res = kb.retrieve_knowledge_base(q.question, q.requester or requester, top_k=50, floor=-1.0)
-        gold = [c.score for c in res.chunks if c.source in q.gold_sources]
-        other = [c.score for c in res.chunks if c.source not in q.gold_sources]
-        if gold:
-            relevant.append(max(gold))
-        if other:
-            irrelevant.append(max(other))
-    if rule == "youden":
-        t, j, tpr, fpr = best_threshold(relevant, irrelevant)
-    elif rule == "recall":
-        t, j, tpr, fpr = recall_threshold(relevant, irrelevant, min_recall)
-    else:
-        raise ValueError(f"unknown floor rule {rule!r}: recall or youden")
-    # round down so the stored floor never drops a score the rule kept
-    return FloorCalibration(kb.embedder.id, float(np.floor(t * 1e4) / 1e4), f"{rule}" + (f"@{min_recall}" if rule == "recall" else ""), round(j, 4), round(tpr, 4), round(fpr, 4),
-                            len(relevant), len(irrelevant), round(float(np.mean(relevant)), 4),
-                            round(float(np.mean(irrelevant)), 4), evalset.name, evalset.content_hash()[:16],
-                            datetime.now(timezone.utc).isoformat(timespec="seconds"))
-
-
 def load_floors(path: Path | None = None) -> dict[str, dict]:
     path = Path(path or FLOORS_FILE)
     if not path.is_file():
@@ -110,3 +83,16 @@ def save_floor(cal: FloorCalibration, path: Path | None = None) -> None:
     floors[cal.embedder_id] = asdict(cal)
     Path(path).write_text("# Score floors per embedder, written by `adiyan calibrate-floor --write`.\n"
                           + yaml.safe_dump(floors, sort_keys=True), encoding="utf-8")
+
+
+def resolve_floor(retrieval, embedder_id: str) -> float:
+    """The score floor for ``embedder_id`` under a ``retrieval`` config section: the configured
+    one (``retrieval.score_floors``), else the calibrated one in floors.yaml (when
+    ``use_calibrated_floors``), else ``default_floor``."""
+    if embedder_id in retrieval.score_floors:
+        return float(retrieval.score_floors[embedder_id])
+    if retrieval.use_calibrated_floors:
+        calibrated = load_floors().get(embedder_id)
+        if calibrated:
+            return float(calibrated["floor"])
+    return float(retrieval.default_floor)

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
+from ..store import Cond, EdgeStore, Filter, Point
 from .dense import ExactDenseIndex
 
 EFS = (8, 16, 32, 64, 128, 256)
@@ -42,7 +44,7 @@ def _shard_path(store, name: str) -> str:
 
 def _shard_info(store, name: str) -> dict:
     """Segments and HNSW-indexed vectors, read from the shard on disk (the store reopens it lazily)."""
-    import qdrant_edge as qe
+    import qdrant_edge as qe  # native engine, loaded on first use, as in adiyan.store.edge
 
     store.close()
     shard = qe.EdgeShard.load(_shard_path(store, name))
@@ -60,7 +62,7 @@ def _lower_indexing_threshold(store, name: str, dim: int, hnsw_m: int, ef_constr
     ``EdgeShard.load(path, config)`` checks the config against the shard and persists it; the
     vector and HNSW parameters repeat what ``EdgeStore.ensure_collection`` created.
     """
-    import qdrant_edge as qe
+    import qdrant_edge as qe  # native engine, loaded on first use, as in adiyan.store.edge
 
     store.close()
     config = qe.EdgeConfig(
@@ -93,10 +95,6 @@ def measure_hnsw_recall(ids: Sequence[str], vectors: np.ndarray, query_vectors: 
     float32, 8 MB) stays a plain segment, ``indexed_vectors`` is 0 and every search is exact,
     so a recall table would measure brute force. ``build`` reports both counts.
     """
-    from tqdm.auto import tqdm
-
-    from ..store import Cond, EdgeStore, Filter, Point
-
     ids = [str(i) for i in ids]
     vectors = np.asarray(vectors, dtype=np.float32)
     queries = np.asarray(query_vectors, dtype=np.float32)

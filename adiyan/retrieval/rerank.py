@@ -23,7 +23,11 @@ from pathlib import Path
 from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
+from tqdm.auto import tqdm
 
+from ..cache import CachedEmbedder, EmbeddingCache
+from ..models import load_embedder
+from .dense import embed_texts
 from .fusion import rank_order
 
 Run = dict[str, dict[str, float]]
@@ -44,8 +48,6 @@ class BiEncoderReranker:
     def __init__(self, embedder=None, *, model: str = "mpnet", models_dir: str | os.PathLike = ".cache/adiyan/models",
                  batch_size: int = 16):
         if embedder is None:
-            from ..models import load_embedder
-
             embedder = load_embedder(model, models_dir=models_dir)
         self.embedder = embedder
         self.id = f"bi-encoder:{embedder.id}"
@@ -54,9 +56,6 @@ class BiEncoderReranker:
     @classmethod
     def from_settings(cls, settings, model: str | None = None) -> "BiEncoderReranker":
         """``model`` (default ``retrieval.rerank_model``) behind the project's embedding cache."""
-        from ..cache import CachedEmbedder, EmbeddingCache
-        from ..models import load_embedder
-
         name = model or settings.retrieval.rerank_model
         inner = load_embedder(name, models_dir=settings.paths.models_dir)
         cache = EmbeddingCache(Path(settings.paths.cache_dir) / "embeddings.sqlite")
@@ -64,8 +63,6 @@ class BiEncoderReranker:
 
     def warm(self, texts: Sequence[str], *, progress: bool = True) -> None:
         """Embed documents ahead of scoring, in batches with a progress bar (fills the cache)."""
-        from .dense import embed_texts
-
         embed_texts(self.embedder, list(dict.fromkeys(texts)), "document", batch_size=self.batch_size,
                     progress=progress, desc=f"re-rank: embed candidates ({self.embedder.id})")
 
@@ -87,7 +84,7 @@ class CrossEncoderReranker:
                                     "cross-encoder (e.g. a saved cross-encoder/ms-marco-MiniLM-L-6-v2); "
                                     "nothing is downloaded")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from sentence_transformers import CrossEncoder
+        from sentence_transformers import CrossEncoder  # heavy: torch loads only with a cross-encoder
 
         self._model = CrossEncoder(str(path), device="cpu", max_length=max_length, local_files_only=True)
         self.id = f"cross-encoder:{path.name}"
@@ -130,8 +127,6 @@ def rerank(run: Mapping[str, Mapping[str, float]], queries: Mapping[str, str], d
     if warm is not None:
         warm([doc_texts[d] for d in unique_docs], progress=progress)
     t_warm = time.perf_counter() - t0
-    from tqdm.auto import tqdm
-
     out: Run = {}
     for qid in tqdm(list(run), desc=f"re-rank ({getattr(reranker, 'id', 'reranker')})", disable=not progress,
                     leave=False):

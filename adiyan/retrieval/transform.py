@@ -12,16 +12,16 @@
   passage is cached by prompt hash. With the embedded 135M model the passages are poor: a
   stronger ``llm`` shows what the method can do.
 
-Every search goes through :meth:`KnowledgeBase.retrieve_knowledge_base` with the requester, so
-the access policy holds whatever the transformation produces.
+The pipeline (:mod:`adiyan.retrieval.pipeline`) searches every transformed query under the
+requester's access filter, so the access policy holds whatever the transformation produces.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass
 
-from .fusion import rrf
+from ..models.base import ChatMessage
 
 QUESTION_WORDS = r"(?:what|which|who|whom|whose|when|where|why|how|is|are|does|do|did|can|could|should|will|would)"
 _SPLIT = re.compile(r"\?\s+|;\s+|,?\s+(?:and|also|and also)\s+(?=" + QUESTION_WORDS + r"\b)", re.IGNORECASE)
@@ -36,57 +36,47 @@ def split_question(question: str) -> list[str]:
     return parts if len(parts) > 1 else [question]
 
 
-def hyde_passage(question: str, llm, cache=None, *, max_tokens: int = 96) -> str:
-    """The LLM's hypothetical answer passage for ``question`` (cached by prompt hash when ``cache``)."""
-    from ..models.base import ChatMessage
+@dataclass(frozen=True)
+class TransformOutcome:
+    queries: list[str]  # what is searched, in order (the question itself first when kept)
+    failed: str | None = None  # why the transformation fell back to the question, if it did
 
+
+def hyde_passage(question: str, llm, cache=None, *, max_tokens: int = 96) -> str:
+    """The LLM's hypothetical answer passage for ``question`` ("" when the model wrote nothing).
+
+    Cached by prompt hash when ``cache`` is given; an empty generation is not cached, so the
+    next run asks again instead of replaying a failure.
+    """
     prompt = HYDE_PROMPT.format(question=question)
     key = None
     if cache is not None:
         key = cache.key({"llm": llm.id, "hyde": prompt, "max_tokens": max_tokens})
         hit = cache.get(key)
-        if hit is not None:
+        if hit is not None and hit.get("text"):
             return hit["text"]
     text = llm.chat([ChatMessage("user", prompt)], max_tokens=max_tokens, temperature=0.0).text.strip()
-    text = text or question  # an empty generation falls back to the question itself
-    if cache is not None:
+    if cache is not None and text:
         cache.put(key, {"text": text})
     return text
 
 
-def transformed_queries(question: str, mode: str, *, llm=None, cache=None) -> list[str]:
+def transform_query(question: str, mode: str, *, llm=None, cache=None) -> TransformOutcome:
+    """The queries to search for ``question`` under ``mode`` (none | split | hyde)."""
     if mode == "none":
-        return [question]
+        return TransformOutcome([question])
     if mode == "split":
         parts = split_question(question)
-        return parts if parts == [question] else [question, *parts]
+        return TransformOutcome(parts if parts == [question] else [question, *parts])
     if mode == "hyde":
         if llm is None:
             raise ValueError("retrieval.query_transform=hyde needs an LLM (llm.name)")
-        return [hyde_passage(question, llm, cache)]
+        passage = hyde_passage(question, llm, cache)
+        if not passage:  # counted by the pipeline and reported, never relabelled as a HyDE search
+            return TransformOutcome([question], failed="hyde: the LLM wrote an empty passage; searched the question")
+        return TransformOutcome([passage])
     raise ValueError(f"retrieval.query_transform: unknown mode {mode!r} (none | split | hyde)")
 
 
-def retrieve(kb, question: str, requester_id: str | None, *, is_owner: bool = False, top_k: int | None = None,
-             mode: str | None = None, llm=None, cache=None):
-    """``kb.retrieve_knowledge_base`` after the configured transformation; the result's ``query``
-    is the question as asked and ``mode`` names the transformation (``dense+split`` ...)."""
-    mode = mode or kb.settings.retrieval.query_transform
-    k = top_k or kb.settings.retrieval.kb_top_k
-    queries = transformed_queries(question, mode, llm=llm, cache=cache)
-    results = [kb.retrieve_knowledge_base(q, requester_id, is_owner, k) for q in queries]
-    if len(results) == 1:
-        res = results[0]
-        return replace(res, query=question, mode=res.mode if mode == "none" else f"{res.mode}+{mode}")
-    by_id, runs = {}, []
-    for i, res in enumerate(results):
-        run = {}
-        for c in res.chunks:
-            cid = f"{c.source}\x00{c.chunk_index}"
-            by_id.setdefault(cid, c)
-            run[cid] = c.score
-        runs.append({"q": run})
-    fused = rrf(runs, kb.settings.retrieval.rrf_k, top_k=k).get("q", {})
-    chunks = [replace(by_id[cid], score=score) for cid, score in fused.items()]
-    return replace(results[0], query=question, chunks=chunks, mode=f"{results[0].mode}+{mode}",
-                   dropped_below_floor=sum(r.dropped_below_floor for r in results) if not chunks else 0)
+def transformed_queries(question: str, mode: str, *, llm=None, cache=None) -> list[str]:
+    return transform_query(question, mode, llm=llm, cache=cache).queries

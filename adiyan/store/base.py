@@ -125,7 +125,7 @@ class LexicalEncoder:
     engine through the collection's IDF modifier), shared by both engines."""
 
     def __init__(self, k: float = 1.2, b: float = 0.75, avg_len: float = 256.0):
-        import qdrant_edge as qe
+        import qdrant_edge as qe  # native engine, loaded on first use (keeps `import adiyan` light)
 
         self._model = qe.Bm25(qe.Bm25Config(k=k, b=b, avg_len=avg_len, language="english"))
 

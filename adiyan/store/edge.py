@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -26,7 +27,7 @@ _SCROLL_PAGE = 1000
 
 
 def _edge():
-    import qdrant_edge
+    import qdrant_edge  # native engine, loaded on first store use (keeps `import adiyan` light)
 
     return qdrant_edge
 
@@ -132,8 +133,6 @@ class EdgeStore:
             raise
 
     def drop_collection(self, name: str) -> None:
-        import shutil
-
         with self._lock:
             shard = self._shards.pop(name, None)
             if shard is not None:

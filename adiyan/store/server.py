@@ -14,10 +14,11 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .base import INDEXED_FIELDS, SCHEMA_VERSION, SPARSE_NAME, CollectionMeta, Empty, Filter, Hit, Point, Sparse, StoreError
+from .edge import EdgeStore
 
 
 def _models():
-    from qdrant_client import models
+    from qdrant_client import models  # heavy, optional: only for store.engine=server / local
 
     return models
 
@@ -42,7 +43,7 @@ class ServerStore:
     def __init__(self, url: str | None = None, *, path: str | None = None, api_key: str | None = None,
                  hnsw_m: int = 16, hnsw_ef_construct: int = 100, timeout: int = 60,
                  quantization: str = "none", quantization_rescore: bool = True):
-        from qdrant_client import QdrantClient
+        from qdrant_client import QdrantClient  # heavy, optional: only for store.engine=server / local
 
         if url:
             self.client = QdrantClient(url=url, api_key=api_key, timeout=timeout)
@@ -187,8 +188,6 @@ class ServerStore:
 
 def open_store(settings) -> "object":
     """The store named by ``settings.store``: edge (default), server (by URL) or local."""
-    from .edge import EdgeStore
-
     sc = settings.store
     if sc.engine == "edge":
         return EdgeStore(settings.paths.data_dir, hnsw_m=sc.hnsw_m, hnsw_ef_construct=sc.hnsw_ef_construct,

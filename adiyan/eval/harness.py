@@ -1,0 +1,353 @@
+"""The evaluation harness shared by ``invoke eval`` and every experiment.
+
+An evaluation is an evalset (documents and questions) + the retrieval pipeline + scorers. This
+module owns the first two halves so nothing re-implements them per entry point:
+
+- :func:`open_index`: the evalset's knowledge base, one index per (evalset version, embedder,
+  chunking, parser and store knobs), built once under a lock and reused by later runs and sweep
+  points (a process that finds it held by another works on a private replica);
+- :func:`question_rows`: one row per question, retrieved through :class:`Retriever` as the
+  question's requester: the top-k context, the ranking to depth 10, hit / reciprocal rank over
+  gold sources, leaked private chunks, privacy probes (and whether the probe's owner retrieves
+  the probed document, so a probe can fail), transformation failures, latency;
+- :func:`retrieval_metrics`: hit rate and MRR at k, nDCG / Recall / MRR / MAP at 10 (ranx), per
+  question kind, and the privacy counts, from those rows.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from ..factory import open_embedder, open_kb
+from ..generation import approx_tokens
+from ..kb import IngestError, IngestItem
+from ..types import RetrievedChunk
+from . import metrics as M
+from .evalset import Evalset, load_evalset
+from .ir_metrics import evaluate_run, per_query
+
+EVAL_REQUESTER = "eval-user"
+IR_DEPTH = 10
+
+_LOCK = threading.RLock()
+_OPEN: dict[str, "EvalIndex"] = {}
+_EVALSETS: dict[str, tuple[Evalset, str]] = {}
+_REPLICAS: list[str] = []
+
+
+@atexit.register
+def _drop_replicas() -> None:
+    for d in _REPLICAS:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@dataclass
+class EvalIndex:
+    """An evalset's built knowledge base; ``build`` is what build.json recorded."""
+
+    kb: Any
+    evalset: Evalset
+    evalset_hash: str
+    data_dir: Path
+    build: dict
+    opened_s: float
+    reused: bool  # built before this call (by an earlier run or sweep point)
+
+    @property
+    def ingest_failures(self) -> list[dict]:
+        return list(self.build.get("failed", []))
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
+
+
+def _sha(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def evalset_and_hash(evalset) -> tuple[Evalset, str]:
+    """An evalset (path or object) and its content hash, memoised per process."""
+    if isinstance(evalset, Evalset):
+        key = f"{Path(evalset.root).resolve()}#{id(evalset)}"
+        if key not in _EVALSETS:
+            _EVALSETS[key] = (evalset, evalset.content_hash())
+        return _EVALSETS[key]
+    key = str(Path(evalset).resolve())
+    if key not in _EVALSETS:
+        es = load_evalset(evalset)
+        _EVALSETS[key] = (es, es.content_hash())
+    return _EVALSETS[key]
+
+
+def index_key(settings, evalset_hash: str, embedder_id: str) -> dict:
+    """What an index depends on: evalset content, embedder, chunking, parser and store build knobs."""
+    return {"evalset": evalset_hash, "embedder": embedder_id, "chunking": settings.chunking.model_dump(mode="json"),
+            "ocr": settings.ingest.ocr, "max_bytes": settings.ingest.max_bytes,
+            "hnsw_m": settings.store.hnsw_m, "hnsw_ef_construct": settings.store.hnsw_ef_construct,
+            "quantization": settings.store.quantization, "quantization_rescore": settings.store.quantization_rescore,
+            "indexing_threshold_kb": settings.store.indexing_threshold_kb, "engine": settings.store.engine,
+            "url": settings.store.url, "prefix": settings.store.collection_prefix}
+
+
+def index_dir(settings, es: Evalset, es_hash: str, embedder_id: str) -> Path:
+    key = index_key(settings, es_hash, embedder_id)
+    return (Path(settings.paths.data_dir) / "index" / f"{_slug(es.name)}-{es_hash[:8]}" / _slug(embedder_id)
+            / _sha(key)[:12])
+
+
+@contextlib.contextmanager
+def _dir_lock(path: Path):
+    """An exclusive advisory lock on ``<path>.lock``: one process builds a keyed directory, others wait."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(str(path) + ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _replica(src: Path) -> Path:
+    """A private copy of a built directory, for a process that finds the original held by another."""
+    dst = Path(tempfile.mkdtemp(prefix=f"adiyan-replica-{os.getpid()}-")) / src.name
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.lock"))
+    _REPLICAS.append(str(dst.parent))
+    return dst
+
+
+def drop_orphan_replicas() -> None:
+    """Replicas and kernel socket folders of processes that are gone (killed before cleaning up)."""
+    tmp = Path(tempfile.gettempdir())
+    for d in [*tmp.glob("adiyan-replica-*-*"), *tmp.glob("adiyan-kernel-*-*")]:
+        try:
+            pid = int(d.name.split("-")[2])
+            os.kill(pid, 0)
+        except (ValueError, IndexError):
+            continue
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:
+            continue
+
+
+def _held_by_another(exc: BaseException) -> bool:
+    text = str(exc)
+    return "WouldBlock" in text or "in use by another" in text or "already accessed by another instance" in text \
+        or "held by another process" in text
+
+
+# The same lock, replica and "held" test for the experiments' own keyed directories (HNSW vector
+# sets, the memory evalset's store).
+dir_lock, replica, held_by_another = _dir_lock, _replica, _held_by_another
+
+
+def open_index(settings, evalset=None, *, embedder=None, progress: bool = False) -> EvalIndex:
+    """The evalset's knowledge base (``eval.evalset`` by default), built once per :func:`index_key`.
+
+    The build ingests every document through the knowledge base's batch path (parse cache,
+    embedding cache); a document that fails is recorded in build.json (``failed``: file and
+    reason) and the rest go on. Within a process the opened index is shared: it holds no
+    retrieval settings, so every caller builds its own :class:`Retriever` over it.
+    """
+    t0 = time.perf_counter()
+    es, es_hash = evalset_and_hash(evalset if evalset is not None else settings.eval.evalset)
+    embedder = embedder if embedder is not None else open_embedder(settings, progress=progress)
+    kdir = index_dir(settings, es, es_hash, embedder.id)
+    with _LOCK:
+        memo = _OPEN.get(str(kdir.resolve()))
+        if memo is not None:
+            return EvalIndex(memo.kb, es, es_hash, memo.data_dir, memo.build, time.perf_counter() - t0, True)
+        reused = (kdir / "build.json").is_file()
+        if not reused:
+            with _dir_lock(kdir):
+                if not (kdir / "build.json").is_file():
+                    _build(settings, es, es_hash, embedder, kdir, progress=progress)
+        build = json.loads((kdir / "build.json").read_text(encoding="utf-8"))
+        data_dir = kdir
+        try:
+            kb = open_kb(settings, embedder=embedder, data_dir=data_dir)
+        except Exception as exc:  # noqa: BLE001 - only "held by another process" is handled
+            if not _held_by_another(exc):
+                raise
+            data_dir = _replica(kdir)  # a parallel worker holds the shard: work on a private copy
+            kb = open_kb(settings, embedder=embedder, data_dir=data_dir)
+        handle = EvalIndex(kb, es, es_hash, data_dir, build, time.perf_counter() - t0, reused)
+        _OPEN[str(kdir.resolve())] = handle
+        return handle
+
+
+def close_index(handle: EvalIndex) -> None:
+    """Close an index opened by :func:`open_index` (the next open reopens it)."""
+    with _LOCK:
+        for key, h in list(_OPEN.items()):
+            if h.kb is handle.kb:
+                del _OPEN[key]
+        handle.kb.store.close()
+
+
+def close_all() -> None:
+    with _LOCK:
+        for h in list(_OPEN.values()):
+            with contextlib.suppress(Exception):
+                h.kb.store.close()
+        _OPEN.clear()
+
+
+def _build(settings, es: Evalset, es_hash: str, embedder, kdir: Path, *, progress: bool) -> None:
+    if kdir.exists():  # a build interrupted before build.json: start clean
+        shutil.rmtree(kdir)
+    kdir.mkdir(parents=True)
+    hits0, misses0 = embedder.stats.hits, embedder.stats.misses
+    t0 = time.perf_counter()
+    kb = open_kb(settings, embedder=embedder, data_dir=kdir, progress=progress)
+    try:
+        items = [IngestItem(doc.path, doc.filename, doc.owner, doc.visibility) for doc in es.documents]
+        results = kb.ingest_many(items, progress=progress)
+        t_opt = time.perf_counter()
+        kb.finish_ingest()
+        optimize_s = time.perf_counter() - t_opt
+        n_chunks = kb.count_chunks()
+    finally:
+        kb.store.close()
+    ok = [r for r in results if not isinstance(r, IngestError)]
+    failed = [{"file": it.filename, "reason": str(r)} for it, r in zip(items, results) if isinstance(r, IngestError)]
+    chars = [r.chunk_stats.get("mean", 0) * r.chunk_stats.get("count", 0) for r in ok]
+    build = {"key": index_key(settings, es_hash, embedder.id),
+             "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+             "build_s": round(time.perf_counter() - t0, 3),
+             "parse_s": round(sum(float(r.report.get("seconds", 0.0)) for r in ok if not r.report.get("cached")), 3),
+             "chunk_s": round(sum(r.chunk_stats.get("chunk_s", 0.0) for r in ok), 3),
+             "optimize_s": round(optimize_s, 3), "n_documents": len(ok), "n_chunks": n_chunks,
+             "n_changed": sum(r.changed for r in ok),
+             "chunk_chars_total": round(sum(chars)), "embed_cache_hits": embedder.stats.hits - hits0,
+             "embed_cache_misses": embedder.stats.misses - misses0,
+             "chunks_per_doc": {r.source: r.n_chunks for r in ok}, "failed": failed}
+    tmp = kdir / "build.json.tmp"
+    tmp.write_text(json.dumps(build, indent=2), encoding="utf-8")
+    tmp.replace(kdir / "build.json")
+
+
+# ---------------------------------------------------------------- per-question rows
+
+
+def source_run(chunks) -> dict[str, float]:
+    """Chunk ranking → source ranking: each source scored by its best chunk (1/rank keeps order)."""
+    run: dict[str, float] = {}
+    for rank, c in enumerate(chunks, 1):
+        run.setdefault(c.source, 1.0 / rank)
+    return run
+
+
+def leaked(chunks: list[RetrievedChunk], requester: str | None) -> list[str]:
+    """Chunks that are neither global nor the requester's own: must always be empty."""
+    return [c.key for c in chunks
+            if c.payload.get("visibility") != "global" and c.payload.get("owner_identity") != requester]
+
+
+@dataclass
+class QuestionRows:
+    rows: list[dict]
+    run: dict[str, dict[str, float]] = field(default_factory=dict)  # source rankings (rank_depth deep) of answerable questions
+    qrels: dict[str, dict[str, int]] = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict)  # question id -> RetrievalResult
+    retrieve_s: float = 0.0
+
+
+def question_rows(index: EvalIndex, retriever, *, progress: bool = False, desc: str = "retrieve") -> QuestionRows:
+    """Retrieve every question of the index's evalset through ``retriever`` as its requester."""
+    es = index.evalset
+    if retriever.depth(retriever.config.kb_top_k) < IR_DEPTH:
+        raise ValueError(f"retrieval.rank_depth={retriever.config.rank_depth}: the evaluation measures rankings "
+                         f"{IR_DEPTH} deep; set it to at least {IR_DEPTH}")
+    probe_keys = {d.filename: d.source_key for d in es.documents}
+    out = QuestionRows([])
+    for q in tqdm(es.questions, desc=desc, unit="q", disable=not progress, leave=False):
+        requester = q.requester or EVAL_REQUESTER
+        t0 = time.perf_counter()
+        res = retriever.retrieve(q.question, requester)
+        dt = time.perf_counter() - t0
+        out.retrieve_s += dt
+        top, ranked = res.chunks, res.ranked
+        sources = [c.source for c in top]
+        probe = q.extra.get("probe_private")
+        probe_key = probe_keys.get(probe) if probe else None
+        row = {
+            "id": q.id, "question": q.question, "kind": q.kind, "requester": requester,
+            "gold_answer": q.gold_answer, "gold_sources": q.gold_sources, "answer_keywords": q.answer_keywords,
+            "needs_ocr": bool(q.extra.get("needs_ocr")), "probe_private": probe_key,
+            "retrieved": [c.as_dict() for c in top],
+            "ranked_sources": [c.source for c in ranked],
+            "queries": res.queries if res.queries != [q.question] else None,
+            "transform_failed": res.transform_failed,
+            "empty_reason": res.empty_reason if not top else None,
+            "hit": M.hit(sources, q.gold_sources) if q.answerable else None,
+            "reciprocal_rank": M.reciprocal_rank(sources, q.gold_sources) if q.answerable else None,
+            "leaked_private": leaked(ranked, requester),
+            "probe_leaked": (probe_key in {c.source for c in ranked}) if probe_key else None,
+            "context_tokens": sum(approx_tokens(c.text) for c in top),
+            "retrieve_s": round(dt, 6),
+        }
+        if probe_key:  # the probe must be able to fail: its owner finds the document with this question
+            owner = probe_key.split("/", 1)[0]
+            owner_res = retriever.retrieve(q.question, owner)
+            row["probe_owner_retrieved"] = probe_key in {c.source for c in owner_res.ranked}
+        if q.answerable:
+            out.qrels[q.id] = {s: 1 for s in q.gold_sources}
+            out.run[q.id] = source_run(ranked)  # the whole kept ranking: metrics cut it at their own depth
+        out.results[q.id] = res
+        out.rows.append(row)
+    return out
+
+
+def retrieval_metrics(qr: QuestionRows, k: int) -> dict[str, dict]:
+    """The retrieval, by_kind and privacy metric groups of ``invoke eval`` from question rows."""
+    rows = qr.rows
+    answerable = [r for r in rows if r["hit"] is not None]
+    groups: dict[str, dict] = {"retrieval": {
+        f"hit_rate@{k}": M.mean_or_none([r["hit"] for r in answerable]),
+        f"mrr@{k}": M.mean_or_none([r["reciprocal_rank"] for r in answerable]),
+    }}
+    if qr.qrels:
+        ir = evaluate_run(qr.qrels, qr.run, [f"ndcg@{IR_DEPTH}", f"recall@{IR_DEPTH}", f"mrr@{IR_DEPTH}",
+                                             f"map@{IR_DEPTH}"])
+        groups["retrieval"].update({m: round(v, 6) for m, v in ir.items()})
+    failures = sum(1 for r in rows if r.get("transform_failed"))
+    if failures or any(r.get("queries") for r in rows):
+        groups["retrieval"]["transform_failures"] = failures
+    groups["by_kind"] = {f"hit_rate.{kind}": M.mean_or_none([r["hit"] for r in answerable if r["kind"] == kind])
+                         for kind in sorted({r["kind"] for r in answerable})}
+    probes = [r for r in rows if r["probe_private"]]
+    groups["privacy"] = {"private_chunks_leaked": sum(len(r["leaked_private"]) for r in rows),
+                         "probe_questions": len(probes),
+                         "probes_leaked": sum(bool(r["probe_leaked"]) for r in probes)}
+    if probes:
+        groups["privacy"]["probes_owner_retrieved"] = M.mean_or_none([r["probe_owner_retrieved"] for r in probes])
+    ocr = [r for r in answerable if r["needs_ocr"]]
+    if ocr:
+        groups["ocr"] = {"hit_rate": M.mean_or_none([r["hit"] for r in ocr]), "questions": len(ocr)}
+    return groups
+
+
+def per_question_ir(qr: QuestionRows) -> dict[str, dict[str, float]]:
+    """{metric: {question id: value}} for nDCG@10 and Recall@10 (for significance tests)."""
+    if not qr.qrels:
+        return {}
+    return {f"ndcg@{IR_DEPTH}": per_query(qr.qrels, qr.run, f"ndcg@{IR_DEPTH}"),
+            f"recall@{IR_DEPTH}": per_query(qr.qrels, qr.run, f"recall@{IR_DEPTH}")}

@@ -1,0 +1,213 @@
+"""The retrieval pipeline: the one way anything in the workbench retrieves.
+
+``Retriever.from_settings(settings, kb, llm=None)`` builds it from the ``retrieval`` section
+(and the per-query engine knobs of ``store``), and every entry point calls it: ``invoke eval``
+and the evaluation harness, every experiment and notebook, the agent's tools, ``adiyan search``
+and ``adiyan ask``, and the SciFact benchmark's product path. The steps, in order:
+
+1. **query transformation** (``retrieval.query_transform``: none | split | hyde), see
+   :mod:`adiyan.retrieval.transform`;
+2. **engine search** of each transformed query (``retrieval.mode``: dense | bm25 | hybrid,
+   fused inside Qdrant), always under the requester's access filter (``KnowledgeBase.search``);
+   several queries are fused by reciprocal rank (``retrieval.rrf_k``);
+3. **score floor** on dense cosine scores (the embedder's floor; bm25 and hybrid scores are
+   not similarities, so no floor applies to them and the result says so);
+4. **re-rank** (``retrieval.rerank``) the candidate pool by the ``retrieval.rerank_model``
+   bi-encoder;
+5. **cut**: the ranking is kept ``retrieval.rank_depth`` deep (at least k) for measurement and
+   its first k chunks are the result (``kb_top_k``, or ``doc_top_k`` within one document).
+
+The candidate pool is ``max(k, rank_depth)``, times ``rerank_overfetch`` when re-ranking, for
+every caller alike: what a person sees from ``adiyan search`` is what ``invoke eval`` measured.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from ..cache import CallCache
+from ..config import RetrievalConfig
+from ..models import llm_from_settings
+from ..types import RetrievalResult, RetrievedChunk
+from .floor import resolve_floor
+from .fusion import rrf
+from .rerank import BiEncoderReranker
+from .transform import transform_query
+
+
+class UnsupportedSetting(ValueError):
+    """An entry point was asked for a setting it cannot honour; the message names both."""
+
+    def __init__(self, setting: str, entry_point: str, why: str = ""):
+        self.setting, self.entry_point = setting, entry_point
+        super().__init__(f"{setting} is not honoured by {entry_point}" + (f": {why}" if why else "")
+                         + "; remove the setting or use an entry point that honours it")
+
+
+class Retriever:
+    """transform → engine search under the access filter → floor → re-rank → cut to k."""
+
+    def __init__(self, kb, config: RetrievalConfig, *, floor: float, ef: int | None = None, exact: bool = False,
+                 llm=None, reranker=None, cache: CallCache | None = None):
+        if config.query_transform == "hyde" and llm is None:
+            raise UnsupportedSetting("retrieval.query_transform=hyde", "this retriever",
+                                     "query_transform=hyde needs an LLM (llm.name) and none was given")
+        if config.rerank and reranker is None:
+            raise UnsupportedSetting("retrieval.rerank=true", "this retriever", "no re-ranker was given")
+        self.kb = kb
+        self.config = config
+        self.floor = float(floor)
+        self.ef = ef
+        self.exact = exact
+        self.llm = llm
+        self.reranker = reranker if config.rerank else None
+        self.cache = cache
+        self.transform_failures = 0  # HyDE generations that came back empty (counted, never hidden)
+
+    @classmethod
+    def from_settings(cls, settings, kb, llm=None, *, reranker=None, cache: CallCache | None = None) -> "Retriever":
+        """The pipeline the settings describe over ``kb``.
+
+        ``llm`` is needed only for HyDE (loaded from ``llm.*`` when not given); the re-ranker is
+        loaded from ``retrieval.rerank_model`` behind the embedding cache when re-ranking is on.
+        """
+        rc = settings.retrieval
+        if rc.query_transform == "hyde" and llm is None:
+            llm = llm_from_settings(settings)
+        if rc.rerank and reranker is None:
+            reranker = BiEncoderReranker.from_settings(settings)
+        if cache is None and rc.query_transform == "hyde":
+            cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "hyde")
+        floor = resolve_floor(rc, kb.embedder.id)
+        return cls(kb, rc, floor=floor, ef=settings.store.hnsw_ef, exact=settings.store.exact, llm=llm,
+                   reranker=reranker, cache=cache)
+
+    # -- the pipeline -----------------------------------------------------------------------
+    def depth(self, k: int) -> int:
+        """How deep the ranking is kept: at least k, at least ``rank_depth``."""
+        return max(k, self.config.rank_depth)
+
+    def pool(self, k: int) -> int:
+        """Candidates fetched from the engine per query."""
+        d = self.depth(k)
+        return d * self.config.rerank_overfetch if self.reranker is not None else d
+
+    def retrieve(self, query: str, requester_id: str | None, is_owner: bool = False, *, top_k: int | None = None,
+                 within: str | None = None, floor: float | None = None) -> RetrievalResult:
+        """The top k chunks for ``query`` that ``requester_id`` may see (``within`` one source).
+
+        ``floor`` overrides the embedder's floor for this call (calibration measures below it).
+        """
+        rc = self.config
+        k = top_k or (rc.doc_top_k if within else rc.kb_top_k)
+        floor = self.floor if floor is None else float(floor)
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        outcome = transform_query(query, rc.query_transform, llm=self.llm, cache=self.cache)
+        if outcome.failed:
+            self.transform_failures += 1
+        timings["transform_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        floored = rc.mode == "dense"
+        runs, dropped = [], 0
+        for q in outcome.queries:
+            hits = self.kb.search(q, self.pool(k), requester_id=requester_id, is_owner=is_owner, within=within,
+                                  mode=rc.mode, rrf_k=rc.rrf_k, prefetch=rc.hybrid_prefetch, ef=self.ef,
+                                  exact=self.exact)
+            if floored:
+                kept = [c for c in hits if c.score >= floor]
+                dropped += len(hits) - len(kept)
+                hits = kept
+            runs.append(hits)
+        ranked = runs[0] if len(runs) == 1 else _fuse(runs, rc.rrf_k)
+        timings["search_s"] = time.perf_counter() - t0
+        if self.reranker is not None and ranked:
+            t0 = time.perf_counter()
+            ranked = _rerank(self.reranker, query, ranked)
+            timings["rerank_s"] = time.perf_counter() - t0
+        ranked = ranked[: self.depth(k)]
+        chunks = ranked[:k]
+        return RetrievalResult(query, chunks, floor, dropped if not chunks or floored else 0, rc.mode, ranked=ranked,
+                               queries=list(outcome.queries), transform=rc.query_transform,
+                               transform_failed=outcome.failed,
+                               reranker=getattr(self.reranker, "id", None) if self.reranker is not None else None,
+                               floor_applied=floored, timings=timings)
+
+    # -- the read paths that search (the other three are on the KnowledgeBase) ----------------
+    def retrieve_knowledge_base(self, query: str, requester_id: str | None, is_owner: bool = False,
+                                top_k: int | None = None, *, floor: float | None = None) -> RetrievalResult:
+        return self.retrieve(query, requester_id, is_owner, top_k=top_k, floor=floor)
+
+    def search_within_document(self, source: str, query: str, requester_id: str | None, is_owner: bool = False,
+                               top_k: int | None = None, *, floor: float | None = None) -> RetrievalResult:
+        self.kb.record(source, requester_id, is_owner)  # DocumentNotFound: hidden == missing
+        return self.retrieve(query, requester_id, is_owner, top_k=top_k or self.config.doc_top_k, within=source,
+                             floor=floor)
+
+    def find_source_document(self, query: str, requester_id: str | None, is_owner: bool = False,
+                             *, floor: float | None = None) -> dict | None:
+        """The permitted document whose chunk best matches the query, or None."""
+        res = self.retrieve(query, requester_id, is_owner, floor=floor)
+        if not res.chunks:
+            return None
+        best = res.chunks[0]
+        return {"source": best.source, "score": best.score, "chunk_index": best.chunk_index}
+
+    # the three read paths that return whole documents, so one object answers all six
+    def get_document_text(self, source: str, requester_id: str | None, is_owner: bool = False) -> str:
+        return self.kb.get_document_text(source, requester_id, is_owner)
+
+    def get_document(self, source: str, requester_id: str | None, is_owner: bool = False) -> bytes:
+        return self.kb.get_document(source, requester_id, is_owner)
+
+    def list_documents(self, requester_id: str | None, is_owner: bool = False) -> list[dict]:
+        return self.kb.list_documents(requester_id, is_owner)
+
+    def extraction_report(self, source: str, requester_id: str | None, is_owner: bool = False) -> dict:
+        return self.kb.extraction_report(source, requester_id, is_owner)
+
+    def describe(self) -> dict:
+        rc = self.config
+        return {"mode": rc.mode, "query_transform": rc.query_transform, "floor": self.floor if rc.mode == "dense" else None,
+                "rerank": getattr(self.reranker, "id", None), "kb_top_k": rc.kb_top_k, "doc_top_k": rc.doc_top_k,
+                "rank_depth": rc.rank_depth, "rrf_k": rc.rrf_k, "hybrid_prefetch": rc.hybrid_prefetch,
+                "hnsw_ef": self.ef, "exact": self.exact}
+
+
+def _fuse(runs: list[list[RetrievedChunk]], rrf_k: int) -> list[RetrievedChunk]:
+    """Several rankings of one question (split parts) fused by reciprocal rank."""
+    by_key: dict[str, RetrievedChunk] = {}
+    as_runs = []
+    for hits in runs:
+        run = {}
+        for c in hits:
+            by_key.setdefault(c.key, c)
+            run[c.key] = c.score
+        as_runs.append({"q": run})
+    fused = rrf(as_runs, rrf_k).get("q", {})
+    return [replace(by_key[key], score=score) for key, score in fused.items()]
+
+
+def _rerank(reranker, query: str, ranked: list[RetrievedChunk]) -> list[RetrievedChunk]:
+    """Re-order the pool by the re-ranker's scores; ties keep the first-stage order."""
+    scores = reranker.score(query, [c.text for c in ranked])
+    if len(scores) != len(ranked):
+        raise ValueError(f"re-ranker {getattr(reranker, 'id', reranker)!r} returned {len(scores)} scores "
+                         f"for {len(ranked)} texts")
+    order = sorted(range(len(ranked)), key=lambda i: (-scores[i], i))
+    return [replace(ranked[i], score=float(scores[i])) for i in order]
+
+
+def refuse_settings(settings, entry_point: str, honoured: set[str] | frozenset[str]) -> None:
+    """Refuse, by name, every retrieval setting that differs from its default and that
+    ``entry_point`` does not honour (``honoured`` holds dotted names, e.g. ``retrieval.mode``)."""
+    defaults = RetrievalConfig()
+    for name in RetrievalConfig.model_fields:
+        dotted = f"retrieval.{name}"
+        if dotted in honoured:
+            continue
+        value = getattr(settings.retrieval, name)
+        if value != getattr(defaults, name):
+            raise UnsupportedSetting(f"{dotted}={value}", entry_point)
