@@ -121,7 +121,7 @@ def doc_id_of(source_key: str) -> str:
     return name[:-3] if name.endswith(".md") else name
 
 
-def product_runs(settings, beir_dir, split: str = "test", *, modes=PRODUCT_MODES, depth: int = PRODUCT_DEPTH,
+def product_runs(settings, beir_dir, split: str = "test", *, modes=None, depth: int | None = None,
                  progress: bool = True) -> dict:
     """{mode: {"run": {qid: {doc id: score}}, "latency_ms": [...], "index": build facts}} through the product.
 
@@ -134,7 +134,8 @@ def product_runs(settings, beir_dir, split: str = "test", *, modes=PRODUCT_MODES
     from adiyan.factory import open_retriever
 
     root = materialize_beir(beir_dir, split=split)
-    base = settings.with_overrides({"retrieval.rank_depth": depth})
+    modes = modes or (settings.retrieval.mode,)  # by default the configured mode, every setting as given
+    base = settings if depth is None else settings.with_overrides({"retrieval.rank_depth": depth})
     index = open_index(base, root, progress=progress)
     out = {}
     try:
@@ -234,7 +235,8 @@ def run_scifact(data: str | os.PathLike | None = None, out: str | os.PathLike | 
         reference = {"dense": "dense_minilm", "bm25": "bm25", "hybrid": "hybrid_rrf"}
         for variant, overrides in PRODUCT_VARIANTS.items():
             t0 = time.perf_counter()
-            prod = product_runs(settings.with_overrides(overrides), path, "test", progress=progress)
+            prod = product_runs(settings.with_overrides(overrides), path, "test", modes=PRODUCT_MODES,
+                                depth=PRODUCT_DEPTH, progress=progress)
             timings[f"product_{variant}_s"] = time.perf_counter() - t0
             for mode, res in prod.items():
                 name = f"product_{mode}_{variant}"

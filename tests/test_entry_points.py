@@ -1,0 +1,371 @@
+"""Every retrieval setting × every entry point: changing the setting changes what that entry point
+retrieves, or the entry point refuses it by name. Nothing is silently ignored.
+
+The entry points: ``invoke eval`` (run_eval), the retrieval and context experiments (sweep
+points and notebooks), the agent's tools, ``adiyan search`` (also ``--within``), and the SciFact
+benchmark's product path; the hnsw and memory experiments, which do not search the knowledge
+base, must refuse every retrieval setting by name.
+
+"What an entry point retrieves" is observed two ways: what it shows (questions.jsonl, the
+experiment's rows, the CLI's printed hits) and the results the pipeline handed it, recorded by a
+spy around ``Retriever.retrieve`` (an observer only: it returns the real result unchanged). An
+entry point that bypassed the pipeline would leave the spy empty and fail here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from adiyan import cli
+from adiyan.config import load_settings
+from adiyan.agent import Agent
+from adiyan.eval.harness import open_index
+from adiyan.eval.runner import run_eval
+from adiyan.experiments import context as context_experiment
+from adiyan.experiments.hnsw import hnsw_point, vector_set
+from adiyan.experiments.memory import evaluate_memory
+from adiyan.experiments.retrieval import evaluate_retrieval
+from adiyan.models.base import Completion, as_messages
+from adiyan.retrieval.pipeline import Retriever, UnsupportedSetting
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PLACES = ["Bled", "Bohinj", "Triglav", "Piran", "Postojna", "Ljubljana", "Skocjan", "Kranjska Gora", "Soca",
+          "Velika Planina", "Logar", "Ptuj", "Maribor", "Idrija", "Kobarid", "Vintgar", "Rakov Skocjan",
+          "Bovec", "Savica", "Goriska Brda", "Lipica", "Predjama", "Celje", "Jeruzalem", "Pohorje"]
+
+
+def _doc(i: int, place: str) -> str:
+    return (f"# {place} tour\n\nThe {place} tour takes guests on a {3 + i % 5}-hour walk. It costs {200 + 10 * i} "
+            f"euros per person, departs at {7 + i % 4}:30 and the guide meets guests at the {place} bus stop. "
+            f"Rain gear is recommended for the {place} hike; lunch is a picnic.\n")
+
+
+DOCS = {f"tour_{i:02d}.md": _doc(i, p) for i, p in enumerate(PLACES)}
+DOCS["refund_form.md"] = "# Refunds\n\nForm RF-22 requests a refund; it must reach the office within 14 days.\n"
+DOCS["hotels.md"] = ("# Hotels\n\nOn the second night of the Triglav trek guests sleep at the Dom Planika hut; "
+                     "in Bled they stay at Hotel Vila Bled.\n")
+DOCS["handbook.md"] = "# Guide handbook\n\n" + "\n\n".join(
+    f"## {p}\n\nOn the {p} tour the guide counts the guests at every stop, carries a first-aid kit and a "
+    f"radio, and reports delays to the office by phone. Meeting point: the {p} bus stop." for p in PLACES[:8]) + "\n"
+DOCS["packing.md"] = "# Packing\n\nBring sturdy boots, a rain jacket and a water bottle on every hike.\n"
+PRIVATE = {"alice_note.md": "# Alice\n\nAlice's private note: the office safe code is 7319 and the Bled tour "
+                            "discount code is ALICE-77.\n"}
+
+QUESTIONS = [
+    {"id": "q1", "question": "How much does the Bled tour cost?", "gold": ["tour_00.md"], "kw": ["200"]},
+    {"id": "q2", "question": "What does the Piran tour cost and where do guests sleep on the second night of the "
+                             "Triglav trek?", "gold": ["tour_03.md", "hotels.md"], "kw": ["230"]},
+    {"id": "q3", "question": "Which form do I need for a refund?", "gold": ["refund_form.md"], "kw": ["RF-22"]},
+    {"id": "q4", "question": "What should I pack for a hike in the rain?", "gold": ["packing.md"], "kw": ["boots"]},
+    {"id": "q5", "question": "When does the guide meet guests for the walk?", "gold": ["tour_05.md"], "kw": ["8:30"]},
+]
+PROBES = [q["question"] for q in QUESTIONS]
+
+
+def _write_evalset(root: Path, docs: dict | None = None) -> Path:
+    (root / "docs").mkdir(parents=True)
+    documents = []
+    for name, text in {**(docs or DOCS), **PRIVATE}.items():
+        (root / "docs" / name).write_text(text, encoding="utf-8")
+        documents.append({"file": f"docs/{name}", "owner": "alice" if name in PRIVATE else "office",
+                          "visibility": "private" if name in PRIVATE else "global"})
+    (root / "manifest.yaml").write_text(yaml.safe_dump({"name": "entry-points", "questions": "questions.jsonl",
+                                                        "documents": documents}), encoding="utf-8")
+    with open(root / "questions.jsonl", "w", encoding="utf-8") as f:
+        for q in QUESTIONS:
+            f.write(json.dumps({"id": q["id"], "question": q["question"], "gold_answer": q["kw"][0],
+                                "gold_sources": q["gold"], "answer_keywords": q["kw"], "kind": "lookup"}) + "\n")
+    return root
+
+
+def _write_beir(root: Path, docs: dict | None = None) -> Path:
+    (root / "qrels").mkdir(parents=True)
+    with open(root / "corpus.jsonl", "w", encoding="utf-8") as f:
+        for name, text in (docs or DOCS).items():
+            title, body = text.split("\n\n", 1)
+            f.write(json.dumps({"_id": name[:-3], "title": title.lstrip("# "), "text": body.strip()}) + "\n")
+    with open(root / "queries.jsonl", "w", encoding="utf-8") as f:
+        for q in QUESTIONS:
+            f.write(json.dumps({"_id": q["id"], "text": q["question"]}) + "\n")
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q['id']}\t{g[:-3]}\t1\n" for q in QUESTIONS for g in q["gold"]), encoding="utf-8")
+    return root
+
+
+class HydeLLM:
+    """Test double for control flow only: writes a fixed 'hypothetical passage' for HyDE prompts,
+    scripted agent decisions (search, search in a document, find, finish) for decision prompts,
+    and a fixed answer otherwise."""
+
+    id = "scripted-hyde"
+    context_size = 2048
+    PASSAGE = "Form RF-22 requests a refund from the office within 14 days."
+
+    def __init__(self):
+        self.decisions = 0
+        self.question = ""
+
+    def chat(self, messages, *, max_tokens=None, temperature=None):
+        msgs = as_messages(messages)
+        if "Passage:" in msgs[-1]["content"]:
+            return Completion(self.PASSAGE)
+        if "Action Input:" in msgs[0]["content"]:
+            self.decisions += 1
+            q = json.dumps(self.question)
+            script = {1: f'Action: search_kb\nAction Input: {{"query": {q}}}',
+                      2: f'Action: search_document\nAction Input: {{"source": "office/handbook.md", "query": {q}}}',
+                      3: f'Action: find_document\nAction Input: {{"query": {q}}}'}
+            return Completion(script.get(self.decisions, 'Action: finish\nAction Input: {"answer": "done"}'))
+        return Completion("scripted answer")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("entry")
+    return {"evalset": _write_evalset(root / "evalset"), "beir": _write_beir(root / "beir"), "root": root,
+            "docs": DOCS, "base": {}}
+
+
+# Per-query engine knobs (HNSW ef, exact search) can only change results on an index that HNSW
+# actually serves: Qdrant scans segments under its full-scan threshold (~650 384-d vectors)
+# exactly. 1,500 short documents with a sparse graph (m 4, ef_construct 8) make ef matter.
+WORDS = ("tour guest hotel price lake mountain bus train boat refund form code safe office hike boots rain dinner "
+         "lunch breakfast guide map ticket museum castle cave bike wine cheese").split()
+
+
+@pytest.fixture(scope="module")
+def big_world(tmp_path_factory):
+    import random
+
+    rng = random.Random(0)
+    docs = {f"tour_{i:02d}.md": DOCS[f"tour_{i:02d}.md"] for i in range(len(PLACES))}
+    docs.update({"refund_form.md": DOCS["refund_form.md"], "hotels.md": DOCS["hotels.md"],
+                 "packing.md": DOCS["packing.md"], "handbook.md": DOCS["handbook.md"]})
+    docs.update({f"note_{i:04d}.md": f"# Note {i}\n\n" + " ".join(rng.sample(WORDS, 8)) + ".\n" for i in range(1500)})
+    root = tmp_path_factory.mktemp("entry-big")
+    return {"evalset": _write_evalset(root / "evalset", docs), "beir": _write_beir(root / "beir", docs),
+            "root": root, "docs": docs,
+            "base": {"store.indexing_threshold_kb": 1, "store.hnsw_m": 4, "store.hnsw_ef_construct": 8}}
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Records every RetrievalResult the pipeline returns (observation only)."""
+    seen: list = []
+    real = Retriever.retrieve
+
+    def recording(self, *args, **kwargs):
+        res = real(self, *args, **kwargs)
+        seen.append(res)
+        return res
+
+    monkeypatch.setattr(Retriever, "retrieve", recording)
+    return seen
+
+
+def _settings(world, overrides: dict):
+    base = {"paths.data_dir": str(world["root"] / "data"), "paths.cache_dir": str(world["root"] / "cache"),
+            "paths.reports_dir": str(world["root"] / "reports"), "paths.models_dir": str(ROOT / ".cache/adiyan/models"),
+            "eval.evalset": str(world["evalset"]), "eval.generate": False, "eval.judge": None,
+            "eval.incidents": False, "retrieval.use_calibrated_floors": False, **world["base"]}
+    return load_settings(None, {**base, **overrides}, environ={})
+
+
+def _fingerprint(results) -> list:
+    """What a list of RetrievalResults retrieved: every ranked chunk and its score (rounded)."""
+    return [[(c.source, c.chunk_index, round(c.score, 4)) for c in r.ranked] + ["|"]
+            + [(c.source, c.chunk_index) for c in r.chunks] for r in results]
+
+
+# -- the entry points: each returns (what it shows, what the pipeline handed it) -------------------
+
+def via_eval(world, s, spy):
+    run = run_eval(s, progress=False, run_id=f"r{len(list((world['root'] / 'reports').glob('r*')))}")
+    rows = [json.loads(x) for x in (run / "questions.jsonl").read_text().splitlines()]
+    return [(r["id"], [(c["source"], c["chunk_index"], c["score"]) for c in r["retrieved"]], r["ranked_sources"])
+            for r in rows]
+
+
+def via_retrieval_experiment(world, s, spy):
+    res = evaluate_retrieval(s)
+    return [(r["qid"], r.get("hit"), r.get("rr"), r.get("ndcg@10"), r["context_tokens"]) for r in res.per_question]
+
+
+def via_context_experiment(world, s, spy, monkeypatch):
+    # test doubles for control flow: the LLM (HyDE passage) and the answerer; retrieval is real
+    monkeypatch.setattr(context_experiment, "open_llm", lambda settings: HydeLLM())
+    monkeypatch.setattr(context_experiment, "answer_question",
+                        lambda llm, q, chunks, settings, cache=None: _Answer(chunks))
+    res = context_experiment.evaluate_context(s)
+    return [(r["qid"], r["passages_used"], r.get("gold_in_context")) for r in res.per_question], res.info["answers"]
+
+
+class _Answer:
+    """The answerer's double: its 'answer' lists the chunks it was given, so the run shows them."""
+
+    def __init__(self, chunks):
+        self.text = " ".join(c.key for c in chunks)
+        self.used = [{"source": c.source, "chunk_index": c.chunk_index} for c in chunks]
+        self.context_tokens, self.truncated = sum(len(c.text) for c in chunks), False
+
+
+def via_agent(world, s, spy):
+    index = open_index(s)
+    shown = []
+    for q in PROBES:
+        llm = HydeLLM()
+        llm.question = q
+        res = Agent(llm, index.kb, settings=s, tier="member", requester_id="bob").run(q)
+        shown.append([(st.tool, st.n_findings) for st in res.steps])
+    return shown
+
+
+def via_cli(world, s, spy, capsys):
+    sets = []
+    for key, value in _flat(s).items():
+        sets += ["--set", f"{key}={value if value is not None else 'null'}"]
+    if not (world["root"] / "data" / "raw").exists():  # the CLI's knowledge base: the same documents
+        docs = world["evalset"] / "docs"
+        assert cli.main(sets + ["ingest", *[str(docs / n) for n in world["docs"]], "--owner", "office",
+                                "--visibility", "global", "--quiet"]) == 0
+        assert cli.main(sets + ["ingest", *[str(docs / n) for n in PRIVATE], "--owner", "alice", "--quiet"]) == 0
+        capsys.readouterr()
+    shown = []
+    for q in PROBES:
+        assert cli.main(sets + ["search", q, "--as", "bob"]) == 0
+        shown.append(capsys.readouterr().out)
+        assert cli.main(sets + ["search", q, "--as", "bob", "--within", "office/handbook.md"]) == 0
+        shown.append(capsys.readouterr().out)
+    return shown
+
+
+def _flat(s) -> dict:
+    """The overrides that differ from the defaults, as --set items."""
+    defaults = _flatten(load_settings(None, {}, environ={}).to_dict())
+    mine = _flatten(s.to_dict())
+    return {k: v for k, v in mine.items() if defaults.get(k) != v}
+
+
+def _flatten(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and k != "score_floors":
+            out.update(_flatten(v, f"{prefix}{k}."))
+        elif isinstance(v, dict):
+            for name, floor in v.items():
+                out[f"{prefix}{k}.{name}"] = floor
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def via_scifact_product(world, s, spy):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import scifact
+
+    runs = scifact.product_runs(s, world["beir"], "test", progress=False)
+    return [sorted(r["run"].items()) for r in runs.values()]
+
+
+ENTRY_POINTS = ["eval", "retrieval_experiment", "context_experiment", "agent", "cli", "scifact_product"]
+
+# setting -> (base overrides, changed overrides, entry points where it does not apply and why)
+WITHIN_ONLY = "searches within one document only"
+SETTINGS = {
+    "retrieval.kb_top_k": ({}, {"retrieval.kb_top_k": 2}, {
+        "scifact_product": "measures the ranking rank_depth deep, never a top-k context"}),
+    "retrieval.doc_top_k": ({}, {"retrieval.doc_top_k": 1}, {
+        "eval": WITHIN_ONLY, "retrieval_experiment": WITHIN_ONLY, "context_experiment": WITHIN_ONLY,
+        "scifact_product": WITHIN_ONLY}),
+    "retrieval.rank_depth": ({}, {"retrieval.rank_depth": 20}, {}),
+    "retrieval.mode": ({}, {"retrieval.mode": "bm25"}, {}),
+    "retrieval.rrf_k": ({"retrieval.mode": "hybrid"}, {"retrieval.mode": "hybrid", "retrieval.rrf_k": 2}, {}),
+    "retrieval.hybrid_prefetch": ({"retrieval.mode": "hybrid", "retrieval.hybrid_prefetch": 10},
+                                  {"retrieval.mode": "hybrid", "retrieval.hybrid_prefetch": 50}, {}),
+    "retrieval.rerank": ({}, {"retrieval.rerank": True}, {}),
+    "retrieval.rerank_model": ({"retrieval.rerank": True}, {"retrieval.rerank": True,
+                                                            "retrieval.rerank_model": "minilm"}, {}),
+    "retrieval.rerank_overfetch": ({"retrieval.rerank": True, "retrieval.rerank_overfetch": 1},
+                                   {"retrieval.rerank": True, "retrieval.rerank_overfetch": 4}, {}),
+    "retrieval.query_transform=split": ({}, {"retrieval.query_transform": "split"}, {}),
+    "retrieval.query_transform=hyde": ({}, {"retrieval.query_transform": "hyde"}, {}),
+    "retrieval.score_floors": ({}, {"retrieval.score_floors.minilm": 0.45}, {}),
+    "retrieval.default_floor": ({}, {"retrieval.default_floor": 0.45}, {}),
+    "retrieval.use_calibrated_floors": ({}, {"retrieval.use_calibrated_floors": True}, {}),
+}
+
+
+def _run(entry, world, overrides, spy, monkeypatch, capsys):
+    s = _settings(world, overrides)
+    spy.clear()
+    if overrides.get("retrieval.query_transform") == "hyde" and entry in ("eval", "retrieval_experiment", "cli",
+                                                                             "scifact_product"):
+        # the configured LLM writes the HyDE passage; a scripted one keeps the test fast (control flow)
+        monkeypatch.setattr("adiyan.retrieval.pipeline.llm_from_settings", lambda settings: HydeLLM())
+        monkeypatch.setattr("adiyan.eval.runner.open_llm", lambda settings: HydeLLM())
+    fn = {"eval": via_eval, "retrieval_experiment": via_retrieval_experiment, "agent": via_agent,
+          "scifact_product": via_scifact_product}.get(entry)
+    if entry == "context_experiment":
+        shown = via_context_experiment(world, s, spy, monkeypatch)
+    elif entry == "cli":
+        shown = via_cli(world, s, spy, capsys)
+    else:
+        shown = fn(world, s, spy)
+    return shown, _fingerprint(spy)
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+@pytest.mark.parametrize("setting", sorted(SETTINGS))
+def test_every_setting_changes_what_every_entry_point_retrieves(world, spy, monkeypatch, capsys, entry, setting):
+    _check(world, spy, monkeypatch, capsys, entry, setting, SETTINGS)
+
+
+ENGINE_SETTINGS = {
+    "store.hnsw_ef": ({"store.hnsw_ef": 1}, {"store.hnsw_ef": 512}, {}),
+    "store.exact": ({"store.hnsw_ef": 1}, {"store.hnsw_ef": 1, "store.exact": True}, {}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+@pytest.mark.parametrize("setting", sorted(ENGINE_SETTINGS))
+def test_engine_knobs_change_what_every_entry_point_retrieves(big_world, spy, monkeypatch, capsys, entry, setting):
+    _check(big_world, spy, monkeypatch, capsys, entry, setting, ENGINE_SETTINGS)
+
+
+def _check(world, spy, monkeypatch, capsys, entry, setting, table):
+    base, changed, not_applicable = table[setting]
+    if entry in not_applicable:
+        pytest.skip(f"{setting} does not apply to {entry}: it {not_applicable[entry]}")
+    shown_a, seen_a = _run(entry, world, base, spy, monkeypatch, capsys)
+    assert seen_a, f"{entry} retrieved without the pipeline"
+    try:
+        shown_b, seen_b = _run(entry, world, changed, spy, monkeypatch, capsys)
+    except UnsupportedSetting as exc:  # refusing by name is the other honest answer
+        assert setting.split("=")[0] in str(exc)
+        return
+    assert seen_b, f"{entry} retrieved without the pipeline"
+    assert seen_a != seen_b, f"{setting} changed nothing {entry} retrieved"
+    if _top_k(seen_a) != _top_k(seen_b) and entry != "agent":
+        # when the chunks handed over changed, what the entry point shows changed too
+        assert shown_a != shown_b, f"{setting} changed the chunks {entry} was given but not what it shows"
+
+
+def _top_k(fingerprint) -> list:
+    return [f[f.index("|") + 1:] for f in fingerprint]
+
+
+def test_experiments_that_do_not_search_the_kb_refuse_retrieval_settings(world):
+    s = _settings(world, {"retrieval.rerank": True, "retrieval.use_calibrated_floors": True})
+    with pytest.raises(UnsupportedSetting, match="retrieval.rerank=True.*hnsw experiment"):
+        vs = vector_set("synthetic-20k", s, n_queries=5)
+        hnsw_point(vs, s, ef=16, access_filter=False)
+    with pytest.raises(UnsupportedSetting, match="retrieval.query_transform=split.*memory experiment"):
+        evaluate_memory(_settings(world, {"retrieval.query_transform": "split", "retrieval.use_calibrated_floors": True}))
