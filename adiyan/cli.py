@@ -92,7 +92,7 @@ def cmd_search(args) -> int:
     s = _settings(args)
     kb = _kb(args, s)
     try:
-        retriever = open_retriever(s, kb)
+        retriever = open_retriever(s, kb, entry_point="adiyan search")
         if args.within:
             res = retriever.search_within_document(args.within, args.query, args.requester, args.owner_role, args.k)
         else:

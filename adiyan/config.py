@@ -114,6 +114,10 @@ class RetrievalConfig(_Section):
     rerank_model: str = "mpnet"
     rerank_overfetch: int = Field(4, ge=1)
     query_transform: Literal["none", "split", "hyde"] = "none"  # adiyan/retrieval/transform.py
+    # TEST-ONLY: search without the requester's access filter, the seed's second incident.
+    # Only the incident replay may build such a retriever (Retriever.from_settings refuses it
+    # unless the caller passes allow_unscoped=True); every entry point refuses it by name.
+    unsafe_unscoped_search: bool = False
 
 
 class MemoryConfig(_Section):

@@ -527,14 +527,16 @@ class KnowledgeBase:
     # under the requester's access filter, and the three read paths that return whole documents.
     def search(self, query: str, limit: int, *, requester_id: str | None, is_owner: bool = False,
                within: str | None = None, mode: str = "dense", rrf_k: int = 60, prefetch: int = 50,
-               ef: int | None = None, exact: bool = False, query_vector=None) -> list[RetrievedChunk]:
+               ef: int | None = None, exact: bool = False, query_vector=None,
+               unscoped: bool = False) -> list[RetrievedChunk]:
         """One engine query (dense, BM25 or hybrid fused in the engine) under the access filter.
 
         Scores are the engine's: cosine for dense, BM25 for bm25, RRF for hybrid. ``within``
-        restricts to one source (the caller checks that the requester may see it).
+        restricts to one source (the caller checks that the requester may see it). ``unscoped``
+        drops the access filter: only the replay of the unscoped-search incident asks for it.
         """
         self._check_model()
-        flt = access_filter(requester_id, is_owner)
+        flt = None if unscoped else access_filter(requester_id, is_owner)
         if within is not None:
             flt = _and(flt, Filter(must=(Cond("source_filename", within),)))
         if mode == "bm25":

@@ -135,7 +135,7 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
     try:
         timings = {"ingest_s": time.perf_counter() - t0}
         llm = open_llm(settings) if settings.eval.generate or settings.retrieval.query_transform == "hyde" else None
-        retriever = open_retriever(settings, kb, llm, cache=answer_cache)
+        retriever = open_retriever(settings, kb, llm, cache=answer_cache, entry_point="invoke eval")
         qr = question_rows(index, retriever, progress=progress, desc="retrieve")
         rows = qr.rows
         timings["retrieve_s"] = qr.retrieve_s

@@ -50,12 +50,16 @@ class Retriever:
     """transform → engine search under the access filter → floor → re-rank → cut to k."""
 
     def __init__(self, kb, config: RetrievalConfig, *, floor: float, ef: int | None = None, exact: bool = False,
-                 llm=None, reranker=None, cache: CallCache | None = None):
+                 llm=None, reranker=None, cache: CallCache | None = None, allow_unscoped: bool = False,
+                 entry_point: str = "this entry point"):
         if config.query_transform == "hyde" and llm is None:
-            raise UnsupportedSetting("retrieval.query_transform=hyde", "this retriever",
+            raise UnsupportedSetting("retrieval.query_transform=hyde", entry_point,
                                      "query_transform=hyde needs an LLM (llm.name) and none was given")
         if config.rerank and reranker is None:
-            raise UnsupportedSetting("retrieval.rerank=true", "this retriever", "no re-ranker was given")
+            raise UnsupportedSetting("retrieval.rerank=true", entry_point, "no re-ranker was given")
+        if config.unsafe_unscoped_search and not allow_unscoped:
+            raise UnsupportedSetting("retrieval.unsafe_unscoped_search=true", entry_point,
+                                     "it disables the access policy and exists only for the incident replay")
         self.kb = kb
         self.config = config
         self.floor = float(floor)
@@ -67,13 +71,17 @@ class Retriever:
         self.transform_failures = 0  # HyDE generations that came back empty (counted, never hidden)
 
     @classmethod
-    def from_settings(cls, settings, kb, llm=None, *, reranker=None, cache: CallCache | None = None) -> "Retriever":
+    def from_settings(cls, settings, kb, llm=None, *, reranker=None, cache: CallCache | None = None,
+                      allow_unscoped: bool = False, entry_point: str = "this entry point") -> "Retriever":
         """The pipeline the settings describe over ``kb``.
 
         ``llm`` is needed only for HyDE (loaded from ``llm.*`` when not given); the re-ranker is
         loaded from ``retrieval.rerank_model`` behind the embedding cache when re-ranking is on.
         """
         rc = settings.retrieval
+        if rc.unsafe_unscoped_search and not allow_unscoped:  # refuse before loading anything
+            raise UnsupportedSetting("retrieval.unsafe_unscoped_search=true", entry_point,
+                                     "it disables the access policy and exists only for the incident replay")
         if rc.query_transform == "hyde" and llm is None:
             llm = llm_from_settings(settings)
         if rc.rerank and reranker is None:
@@ -82,7 +90,7 @@ class Retriever:
             cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "hyde")
         floor = resolve_floor(rc, kb.embedder.id)
         return cls(kb, rc, floor=floor, ef=settings.store.hnsw_ef, exact=settings.store.exact, llm=llm,
-                   reranker=reranker, cache=cache)
+                   reranker=reranker, cache=cache, allow_unscoped=allow_unscoped, entry_point=entry_point)
 
     # -- the pipeline -----------------------------------------------------------------------
     def depth(self, k: int) -> int:
@@ -115,7 +123,7 @@ class Retriever:
         for q in outcome.queries:
             hits = self.kb.search(q, self.pool(k), requester_id=requester_id, is_owner=is_owner, within=within,
                                   mode=rc.mode, rrf_k=rc.rrf_k, prefetch=rc.hybrid_prefetch, ef=self.ef,
-                                  exact=self.exact)
+                                  exact=self.exact, unscoped=rc.unsafe_unscoped_search)
             if floored:
                 kept = [c for c in hits if c.score >= floor]
                 dropped += len(hits) - len(kept)
