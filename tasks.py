@@ -65,6 +65,13 @@ def replay(c, embedder=None, config=None, set_=None):
     _cli(c, "replay", config, sets)
 
 
+@task(positional=["run_a", "run_b"], help={"run_a": "the 'before' run (id, unique prefix or folder)",
+                                          "run_b": "the 'after' run", "force": "runs on different data: metrics only"})
+def compare(c, run_a, run_b, force=False, config=None):
+    """Compare two runs: metric deltas, paired randomization tests, flipped questions (reports/compare/A__B/)."""
+    _cli(c, f"compare {run_a} {run_b}" + (" --force" if force else ""), config)
+
+
 @task(positional=["name"], iterable=["set_", "only"], help={"name": "sweep name (sweeps/NAME.yaml); list: the sweeps",
                                        "jobs": "points at once", "force": "re-run finished points",
                                        "set_": "override for every point: key=value (repeatable)",

@@ -11,6 +11,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .config import ConfigError, load_settings, parse_set
+from .eval.compare import CompareError, compare_runs, resolve_run
+from .eval.compare import summary_lines as compare_summary
 from .eval.floors import calibrate_floor
 from .eval.harness import close_index, open_index
 from .eval.incidents import format_table, replay_all, write_results
@@ -166,6 +168,20 @@ def cmd_calibrate_floor(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    s = _settings(args)
+    reports = Path(s.paths.reports_dir)
+    try:
+        out, result = compare_runs(resolve_run(reports, args.run_a), resolve_run(reports, args.run_b),
+                                   reports / "compare", force=args.force)
+    except CompareError as exc:
+        print(f"adiyan: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(compare_summary(result)))
+    print(f"  page: {out / 'index.html'}")
+    return 0
+
+
 def cmd_replay(args) -> int:
     s = _settings(args)
     results = replay_all(s, progress=not args.quiet)
@@ -236,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     pc.add_argument("--min-recall", type=float, default=0.95, help="share of relevant scores the floor keeps")
     pc.add_argument("--quiet", action="store_true")
     pc.set_defaults(fn=cmd_calibrate_floor)
+    pcmp = sub.add_parser("compare", help="compare two runs: metric deltas, paired tests, flipped questions")
+    pcmp.add_argument("run_a", help="run id (or unique prefix, or run folder): the 'before'")
+    pcmp.add_argument("run_b", help="run id (or unique prefix, or run folder): the 'after'")
+    pcmp.add_argument("--force", action="store_true", help="compare metrics of runs on different data")
+    pcmp.set_defaults(fn=cmd_compare)
     pr = sub.add_parser("replay", help="replay the five incidents of the seed (before / after)")
     pr.add_argument("--output", help="JSON path (default reports/incidents.json)")
     pr.add_argument("--quiet", action="store_true")
