@@ -102,8 +102,17 @@ def config(c, config=None, set_=None):
     _cli(c, "config", config, set_)
 
 
-@task(help={"port": "port to listen on"})
-def lab(c, port=8888):
+def lab_command(port: int = 8888, ip: str = "127.0.0.1") -> str:
+    """The JupyterLab command line: notebooks/ as the root, --allow-root when running as root
+    (containers and these machines; Jupyter exits at once otherwise), loopback only."""
+    args = [str(VENV / "bin" / "jupyter"), "lab", "--no-browser", f"--port={port}", f"--ip={ip}",
+            f"--ServerApp.root_dir={ROOT / 'notebooks'}", "--MappingKernelManager.default_kernel_name=adiyan"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        args.append("--allow-root")
+    return " ".join(args)
+
+
+@task(help={"port": "port to listen on", "ip": "address to listen on (default loopback)"})
+def lab(c, port=8888, ip="127.0.0.1"):
     """JupyterLab on the project's kernel ("Python (adiyan)"), notebooks/ as the root."""
-    c.run(f"{VENV / 'bin' / 'jupyter'} lab --no-browser --port {port} --notebook-dir {ROOT}",
-          env=OFFLINE_ENV, pty=False)
+    c.run(lab_command(port, ip), env=OFFLINE_ENV, pty=False)
