@@ -13,9 +13,10 @@ from tqdm import tqdm
 from .config import ConfigError, load_settings, parse_set
 from .eval.compare import CompareError, compare_runs, resolve_run
 from .eval.compare import summary_lines as compare_summary
-from .eval.floors import calibrate_floor
+from .eval.floors import DEFAULT_CALIBRATION_SET, calibrate_floor
 from .eval.harness import close_index, open_index
 from .eval.incidents import format_table, replay_all, write_results
+from .eval.incidents import summary as incident_summary
 from .eval.runner import RegressionFailed, run_eval, summary_lines
 from .factory import open_kb, open_retriever
 from .kb import DocumentNotFound, IngestError, IngestItem
@@ -59,33 +60,45 @@ def _kb(args, settings=None):
 
 
 def cmd_ingest(args) -> int:
-    """Batch ingest: every failure is reported with its reason and the rest go on."""
+    """Batch ingest. A file in a folder argument is keyed ``<owner>/<path under the folder>``, a file
+    argument by its name; containers (.zip, .eml) are expanded into documents keyed under them.
+    Every document is reported as it finishes (key, chunks, warnings, or the failure's reason);
+    a failure never stops the batch, and the exit code is 1 when anything failed."""
+    items = []
+    for arg in args.paths:
+        p = Path(arg)
+        if p.is_dir():
+            items += [IngestItem(x, x.relative_to(p).as_posix(), args.owner, args.visibility)
+                      for x in sorted(x for x in p.rglob("*") if x.is_file())]
+        else:
+            items.append(IngestItem(p, p.name, args.owner, args.visibility))
     kb = _kb(args)
-    paths = []
-    for p in args.paths:
-        p = Path(p)
-        paths.extend(sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p])
-    ok, failed = 0, []
+    counts = {"stored": 0, "unchanged": 0}
+    failed: list[tuple[str, str]] = []
 
     def report(item: IngestItem, res) -> None:  # as each document finishes; the batch goes on
-        nonlocal ok
         if isinstance(res, IngestError):
-            failed.append((item.data, str(res)))
-            tqdm.write(f"FAILED {item.data}: {res}")
+            failed.append((res.source or str(item.data), str(res)))
+            tqdm.write(f"FAILED    {res.source or item.data}: {res}")
             return
-        ok += 1
-        warnings = res.report.get("warnings") or []
         state = "stored" if res.changed else "unchanged"
+        counts[state] += 1
+        warnings = res.report.get("warnings") or []
         tqdm.write(f"{state:9} {res.source}  chunks={res.n_chunks}  chars={res.report.get('total_chars')}"
                    + "".join(f"\n          WARNING {w.get('code')}: {w.get('message')}" for w in warnings))
 
-    kb.ingest_many([IngestItem(path, path.name, args.owner, args.visibility) for path in paths],
-                   progress=not args.quiet, on_result=report)
-    kb.finish_ingest()
-    kb.store.close()
-    print(f"ingested {ok} file(s), {len(failed)} failed")
-    for path, reason in failed:
-        print(f"  {path}: {reason}")
+    try:
+        results = kb.ingest_many(items, progress=not args.quiet, on_result=report)
+        kb.finish_ingest()
+    finally:
+        kb.store.close()
+    removed = [(r.source, k) for r in results if not isinstance(r, IngestError) for k in r.removed]
+    for container, key in removed:
+        print(f"removed   {key}  (no longer in {container})")
+    print(f"ingested {counts['stored'] + counts['unchanged']} document(s) ({counts['stored']} stored, "
+          f"{counts['unchanged']} unchanged), {len(failed)} failed" + (f", {len(removed)} removed" if removed else ""))
+    for where, reason in failed:
+        print(f"  {where}: {reason}")
     return 1 if failed else 0
 
 
@@ -155,10 +168,19 @@ def cmd_migrate_private(args) -> int:
 
 
 def cmd_calibrate_floor(args) -> int:
+    """Calibrate on a set disjoint from the scored one (default XQuAD; eval.evalset is refused)."""
     s = _settings(args)
-    index = open_index(s, args.evalset or s.eval.evalset, progress=not args.quiet)
+    evalset = Path(args.evalset) if args.evalset else DEFAULT_CALIBRATION_SET
+    if evalset.resolve() == Path(s.eval.evalset).resolve() and not args.allow_scored_set:
+        print(f"adiyan: {evalset} is the set invoke eval scores (eval.evalset); a floor calibrated on it flatters "
+              "itself. Use a disjoint set (default: XQuAD) or pass --allow-scored-set", file=sys.stderr)
+        return 2
+    index = open_index(s, evalset, progress=not args.quiet)
     try:
-        cal = calibrate_floor(open_retriever(s, index.kb), index.evalset, rule=args.rule, min_recall=args.min_recall)
+        embedder_id = index.kb.embedder.id
+        cal = calibrate_floor(open_retriever(s, index.kb, entry_point="adiyan calibrate-floor"), index.evalset,
+                              rule=args.rule, min_recall=args.min_recall, source=str(evalset),
+                              configured=s.retrieval.score_floors.get(embedder_id), progress=not args.quiet)
     finally:
         close_index(index)
     print(json.dumps(asdict(cal), indent=2))
@@ -188,9 +210,9 @@ def cmd_replay(args) -> int:
     print(format_table(results))
     out = Path(args.output or Path(s.paths.reports_dir) / "incidents.json")
     write_results(results, out, s)
-    failing = [r for r in results if not r.holds]
-    print(f"\n{len(results) - len(failing)}/{len(results)} principles hold; written to {out}")
-    return 1 if failing else 0
+    line, status = incident_summary(results)  # a failing principle exits 1; n/a is named, not hidden
+    print(f"\n{line}; written to {out}")
+    return status
 
 
 def _table(rows) -> str:
@@ -246,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     pmp.add_argument("--quiet", action="store_true")
     pmp.set_defaults(fn=cmd_migrate_private)
     pc = sub.add_parser("calibrate-floor", help="derive the score floor of the configured embedder from an evalset")
-    pc.add_argument("--evalset", help="evalset folder (default: eval.evalset)")
+    pc.add_argument("--evalset", help="evalset or BEIR folder disjoint from eval.evalset (default: XQuAD)")
+    pc.add_argument("--allow-scored-set", action="store_true", help="calibrate on eval.evalset itself (not disjoint)")
     pc.add_argument("--write", action="store_true", help="store it in adiyan/models/floors.yaml")
     pc.add_argument("--rule", choices=["recall", "youden"], default="recall")
     pc.add_argument("--min-recall", type=float, default=0.95, help="share of relevant scores the floor keeps")

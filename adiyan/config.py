@@ -38,8 +38,12 @@ class PathsConfig(_Section):
 
 
 class EmbedderConfig(_Section):
-    # minilm | mpnet | nomic-embed-text | ollama:NAME | sentence-transformers:PATH | gguf:PATH
+    # minilm | mpnet | nomic-embed-text | ollama:NAME | openai-compatible:URL | sentence-transformers:PATH | gguf:PATH
     name: str = "minilm"
+    # model name sent to an OpenAI-compatible server (embedder.name=openai-compatible:URL) and the
+    # per-attempt timeout of a model server (OpenAI-compatible or Ollama)
+    model: str | None = None
+    timeout_s: float = Field(120.0, gt=0)
     # When set, nomic-embed-text / ollama:NAME go to an Ollama server at this URL instead of
     # running in-process.
     url: str | None = None
@@ -85,10 +89,19 @@ class IngestConfig(_Section):
     ocr: Literal["rapidocr", "tesseract", "none"] = "rapidocr"
     # Parsed documents cached by (bytes, OCR engine, size limit, parser code) in cache_dir/parsed.sqlite
     parse_cache: bool = True
+    # Zip archives and e-mail attachments (adiyan/ingest/containers.py), checked from the central
+    # directory and again while inflating: members, their total uncompressed bytes, and the
+    # uncompressed/compressed ratio of any member over 1 MiB (zip bombs reach ~1000).
+    archive_max_members: int = Field(1000, ge=1)
+    archive_max_total_bytes: int = Field(200_000_000, ge=1)
+    archive_max_ratio: float = Field(100.0, gt=1)
 
 
 class ChunkingConfig(_Section):
-    strategy: Literal["fixed", "recursive", "markdown", "semantic"] = "recursive"
+    # auto (the design's default): authored Markdown is split on headings first, then by size;
+    # converted formats (PDF, DOCX, HTML...) with the recursive splitter. Any other value forces
+    # that one strategy for every document.
+    strategy: Literal["auto", "fixed", "recursive", "markdown", "semantic"] = "auto"
     size: int = Field(800, ge=50)  # characters
     overlap: int = Field(100, ge=0)
     min_size: int = Field(200, ge=0)  # semantic chunker's minimum chunk size
@@ -107,6 +120,9 @@ class RetrievalConfig(_Section):
     score_floors: dict[str, float] = Field(default_factory=lambda: {"nomic-embed-text": 0.55})
     default_floor: float = 0.0
     use_calibrated_floors: bool = True  # floors measured by `adiyan calibrate-floor` (models/floors.yaml)
+    # A calibrated floor whose Youden J (on its calibration set) is under this is not applied and the
+    # run warns floor_cannot_separate; a configured one is applied with the same warning (retrieval/floor.py).
+    floor_min_j: float = Field(0.2, ge=-1, le=1)
     mode: Literal["dense", "bm25", "hybrid"] = "dense"
     rrf_k: int = Field(60, ge=1)
     hybrid_prefetch: int = Field(50, ge=1)  # candidates per side before fusion
@@ -137,6 +153,9 @@ class GenerationConfig(_Section):
 
 class AgentConfig(_Section):
     max_steps: int = Field(10, ge=1)
+    # The default tier grants general_reasoning, the fallback route. false is TEST-ONLY: the
+    # seed's tier table (its fifth incident) for the incident replay's router; the agent refuses it.
+    default_tier_fallback: bool = True
 
 
 class EvalConfig(_Section):
@@ -151,10 +170,14 @@ class EvalConfig(_Section):
     judge_model: str | None = None
     judge_timeout_s: float = Field(60.0, gt=0)
     judge_max_tokens: int = Field(192, ge=16)
-    judge_sample: int | None = Field(2, ge=1)  # LLM-judged metrics on this many questions (None = all)
-    judge_calibration_pairs: int = Field(6, ge=2)  # labelled pairs (half correct, half corrupted)
+    judge_sample: int | None = Field(20, ge=1)  # LLM-judged metrics on this many questions (None = all)
+    # A judge that is not reliable scores this many only: its metrics are shown struck, they
+    # prove the wiring (None = judge_sample). Each judged mean is reported with its n.
+    judge_sample_unreliable: int | None = Field(2, ge=1)
+    # labelled pairs: half correct, half corrupted fact / unsupported addition / wrong source
+    judge_calibration_pairs: int = Field(40, ge=2)
     judge_metrics: list[str] = Field(default_factory=list)  # empty = every LLM-judged metric
-    judge_reliable_agreement: float = Field(0.8, ge=0, le=1)
+    judge_reliable_agreement: float = Field(0.8, ge=0, le=1)  # the 95% CI's lower bound must clear it
 
 
 class Settings(_Section):

@@ -12,6 +12,18 @@ point ids (derived from the content), are stored, the raw file and its index row
 committed, and only then are the previous version's chunks deleted. A failure before the
 commit removes what was added and leaves the previous version intact; a crash in between is
 repaired when the knowledge base is next opened (a pending marker names the source).
+
+No visibility window: the commit (one SQLite transaction) is the only switch. Every read goes
+through the committed record: the three whole-document paths read it directly, and the engine
+search (:meth:`KnowledgeBase.search`, which the pipeline's three searching paths call) returns
+a chunk only when its ``(doc_version, visibility, owner)`` is the committed record's
+(:func:`adiyan.kb_policy.committed_only`), over-fetching to refill k. So before the commit no
+read shows the new version, from the commit on none shows the old one (however long its
+chunks wait for deletion, a crash included), one result never mixes two versions of a
+document, and narrowing a document's visibility (global → private) takes effect at the commit.
+
+Keys (:mod:`adiyan.kb_policy`) are ``<owner>/<name>``, the name a file name or a relative path;
+batches expand containers into documents keyed under the container (:mod:`adiyan.kb_batch`).
 """
 
 from __future__ import annotations
@@ -19,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import threading
 import time
 import uuid
@@ -34,53 +45,32 @@ from .chunking import chunk_stats, chunk_text
 from .config import ChunkingConfig, IngestConfig
 from .ingest.parse import ParseError, parse_cached
 from .ingest.rawstore import DocumentRecord, RawStore
+from .kb_batch import (
+    BatchError,
+    ContainerDone,
+    IngestItem,
+    plan_batch,
+    read_item,
+)
+from .kb_bm25 import CorpusBm25Stats
+from .kb_policy import (
+    VISIBILITIES,
+    IngestError,
+    access_filter,
+    committed_only,
+    source_key,
+    validate_filename,
+)
 from .store.base import Cond, Empty, Filter, LexicalEncoder, Point
 from .types import RetrievalResult, RetrievedChunk  # noqa: F401 - re-exported for callers of the KB
 
-VISIBILITIES = ("private", "global")
+__all__ = ["VISIBILITIES", "DocumentNotFound", "IngestError", "IngestItem", "IngestResult", "KnowledgeBase",
+           "access_filter", "source_key", "validate_filename"]
 _POINT_NS = uuid.UUID("6f1c0a52-3b8e-4c1e-9a57-5d2f1a7e0b11")
-
-
-class IngestError(ValueError):
-    """A document could not be ingested; the message names the file and the reason."""
 
 
 class DocumentNotFound(LookupError):
     """No such document *for this requester*: hidden and missing documents are indistinguishable."""
-
-
-def validate_filename(filename: str) -> str:
-    """File names are keys, never paths: reject anything that could address another place."""
-    if not isinstance(filename, str) or not filename.strip():
-        raise IngestError(f"{filename!r}: empty file name")
-    if "\x00" in filename:
-        raise IngestError(f"{filename!r}: file name contains a NUL byte")
-    if "/" in filename or "\\" in filename:
-        raise IngestError(f"{filename!r}: file name must not contain a path separator")
-    if filename in (".", "..") or filename.startswith(".."):
-        raise IngestError(f"{filename!r}: file name must not be '.' or start with '..'")
-    if re.match(r"^[A-Za-z]:", filename):
-        raise IngestError(f"{filename!r}: file name looks like an absolute path")
-    if len(filename.encode("utf-8")) > 255:
-        raise IngestError(f"{filename[:40]!r}...: file name longer than 255 bytes")
-    return filename
-
-
-def source_key(owner_identity: str, filename: str) -> str:
-    if not owner_identity or not isinstance(owner_identity, str) or "/" in owner_identity \
-            or "\x00" in owner_identity or owner_identity.strip() != owner_identity:
-        raise IngestError(f"{filename!r}: invalid owner identity {owner_identity!r}")
-    return f"{owner_identity}/{validate_filename(filename)}"
-
-
-def access_filter(requester_id: str | None, is_owner: bool) -> Filter | None:
-    """None (no restriction) for the owner role; otherwise global or the requester's own."""
-    if is_owner:
-        return None
-    should = [Cond("visibility", "global")]
-    if requester_id:
-        should.append(Cond("owner_identity", requester_id))
-    return Filter(should=tuple(should))
 
 
 def _and(a: Filter | None, b: Filter | None) -> Filter | None:
@@ -98,17 +88,9 @@ class IngestResult:
     seconds: float
     chunk_stats: dict
     report: dict = field(default_factory=dict)
-
-
-@dataclass
-class IngestItem:
-    """One document of a batch: bytes (with a filename) or a path."""
-
-    data: bytes | str | os.PathLike
-    filename: str | None = None
-    owner: str = ""
-    visibility: str = "private"
-    ingested_at: str | None = None
+    # a container's result (ingest_many): its members' results and the members it no longer has
+    members: list = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -130,7 +112,7 @@ class _Prepared:
     chunk_s: float = 0.0  # time spent chunking (the semantic chunker embeds sentences)
 
 
-class KnowledgeBase:
+class KnowledgeBase(CorpusBm25Stats):
     """Build it with :func:`adiyan.factory.open_kb`; it takes only the config sections it uses."""
 
     def __init__(self, store, embedder, raw: RawStore, *, chunking: ChunkingConfig, ingest: IngestConfig,
@@ -168,8 +150,14 @@ class KnowledgeBase:
     def ingest_document(self, data: bytes | str | os.PathLike, filename: str | None = None,
                         owner_identity: str = "", visibility: str = "private", *,
                         ingested_at: str | None = None) -> IngestResult:
-        """Parse, chunk, embed and store a document, replacing its previous version safely."""
-        prepared = self._parse_and_prepare(data, filename, owner_identity, visibility, ingested_at)
+        """Parse, chunk, embed and store one document, replacing its previous version safely.
+
+        ``filename`` may be a relative path (the key is ``<owner>/<filename>``). Containers are
+        not expanded here (an e-mail is its headers and body; a zip is refused): the batch path
+        :meth:`ingest_many` expands them.
+        """
+        data, name = read_item(IngestItem(data, filename, owner_identity, visibility), self.ingest)
+        prepared = self._parse_and_prepare(data, name, owner_identity, visibility, ingested_at)
         if isinstance(prepared, IngestResult):
             return prepared
         return self._write([prepared])[0]
@@ -192,77 +180,129 @@ class KnowledgeBase:
         """Ingest a batch of documents with each document's guarantees, at batch cost.
 
         ``items`` are :class:`IngestItem` (or ``(data_or_path, filename, owner, visibility)``
-        tuples). Each document is parsed and chunked on its own; a bad one gets its
-        :class:`IngestError` in the returned list (same order as ``items``) and the rest go on.
-        The chunks of up to ``batch_chunks`` are then embedded in one call, stored in one engine
-        update and committed in one raw-store transaction, so per-document overheads (model
-        call setup, fsyncs, transactions) are paid per batch. If a batch fails to store, its
-        documents are retried one by one, so one failure costs only its own document; every
-        previous version stays searchable until its replacement is committed.
+        tuples); a filename may be a relative path. Containers are expanded and every member is
+        a document of its own (:mod:`adiyan.kb_batch`); two documents with one key are refused
+        by name. Each document is parsed and chunked on its own; a bad one gets its
+        :class:`IngestError` and the rest go on. The chunks of up to ``batch_chunks`` are then
+        embedded in one call, stored in one engine update and committed in one raw-store
+        transaction, so per-document overheads (model call setup, fsyncs, transactions) are
+        paid per batch. If a batch fails to store, its documents are retried one by one, so one
+        failure costs only its own document; every previous version stays the one every read
+        returns until its replacement is committed.
+
+        Returns one result per item, in order; a container's result lists its members' results
+        (``members``) and the members it no longer has, which are removed (``removed``).
+        ``on_result(item, result)`` is called as each document finishes, members included.
         """
         items = [it if isinstance(it, IngestItem) else IngestItem(*it) for it in items]
         out: list[IngestResult | IngestError | None] = [None] * len(items)
-        group: list[tuple[int, _Prepared]] = []
+        members: dict[int, list] = {}
+        containers: list[ContainerDone] = []
+        group: list[tuple[int, bool, _Prepared]] = []
 
-        def done(i: int, res) -> None:
-            out[i] = res
+        def done(i: int, member: bool, res) -> None:
+            if member:
+                members.setdefault(i, []).append(res)
+            else:
+                out[i] = res
             if on_result is not None:
                 on_result(items[i], res)
 
         def flush() -> None:
             if not group:
                 return
-            for (i, _), res in zip(group, self._write_isolating([p for _, p in group])):
-                done(i, res)
+            for (i, member, p), res in zip(group, self._write_isolating([p for *_, p in group])):
+                if isinstance(res, IngestError):
+                    res.source = res.source or p.key
+                done(i, member, res)
             group.clear()
 
-        bar = tqdm(items, desc="ingest", unit="doc", disable=not progress)
-        for i, it in enumerate(bar):
-            shown = it.filename or ("" if isinstance(it.data, (bytes, bytearray)) else Path(it.data).name)
-            bar.set_postfix_str(str(shown)[:30])
-            try:
-                prepared = self._parse_and_prepare(it.data, it.filename, it.owner, it.visibility, it.ingested_at)
-            except IngestError as exc:
-                done(i, exc)
+        bar = tqdm(total=len(items), desc="ingest", unit="item", disable=not progress)
+        for ev in plan_batch(items, self.ingest):
+            if isinstance(ev, ContainerDone):
+                containers.append(ev)
                 continue
-            if isinstance(prepared, IngestResult):
-                done(i, prepared)
-                continue
-            if any(p.key == prepared.key for _, p in group):
-                flush()  # a second version of one source in the batch: the first one commits first
-            group.append((i, prepared))
-            if sum(len(p.chunks) for _, p in group) >= batch_chunks:
-                flush()
+            if isinstance(ev, BatchError):
+                done(ev.item, ev.container is not None, ev.error)
+            else:
+                bar.set_postfix_str(ev.name[-30:])
+                try:
+                    prepared = self._parse_and_prepare(ev.data, ev.name, ev.owner, ev.visibility, ev.ingested_at,
+                                                       container=ev.container)
+                except IngestError as exc:
+                    exc.source = exc.source or ev.key
+                    done(ev.item, ev.container is not None, exc)
+                else:
+                    if isinstance(prepared, IngestResult):
+                        done(ev.item, ev.container is not None, prepared)
+                    else:
+                        group.append((ev.item, ev.container is not None, prepared))
+                        if sum(len(p.chunks) for *_, p in group) >= batch_chunks:
+                            flush()
+            bar.n = ev.item  # items before this one are finished
+            bar.refresh()
         flush()
+        bar.n = len(items)
         bar.close()
+        for c in containers:
+            out[c.item] = self._finish_container(c, out[c.item], members.get(c.item, []))
         return out  # type: ignore[return-value]
 
-    def _parse_and_prepare(self, data, filename, owner_identity, visibility, ingested_at):
-        if not isinstance(data, (bytes, bytearray)):
-            path = Path(data)
-            filename = filename or path.name
-            validate_filename(filename)
-            limit = self.ingest.max_bytes
+    def _finish_container(self, c: ContainerDone, own, results: list) -> IngestResult | IngestError:
+        """Remove the members a re-ingested container no longer has; the container's result."""
+        t0 = time.perf_counter()
+        previous = [r.source_key for r in self.raw.under(c.key + "/") if r.report.get("container") == c.key]
+        gone = [k for k in previous if k not in c.members]
+        if gone:
             try:
-                size = path.stat().st_size
-            except OSError as exc:
-                raise IngestError(f"{filename!r}: cannot read: {exc.strerror}") from None
-            if size > limit:
-                raise IngestError(f"{filename!r}: file is {size} bytes, over the limit of {limit}")
-            data = path.read_bytes()
-        if filename is None:
-            raise IngestError("ingest_document(bytes) needs a filename")
+                self.remove_documents(gone)
+            except Exception as exc:  # noqa: BLE001 - reported; the records stay until a re-ingest
+                err = IngestError(f"{c.key!r}: could not remove {len(gone)} member(s) it no longer has: "
+                                  f"{type(exc).__name__}: {exc}", source=c.key)
+                results.append(err)
+                gone = []
+        if own is None:  # an archive is not a document itself: a summary of its members
+            ok = [r for r in results if isinstance(r, IngestResult)]
+            own = IngestResult(c.key, "", sum(r.n_chunks for r in ok), any(r.changed for r in ok) or bool(gone),
+                               time.perf_counter() - t0, {}, {"format": "container", "members": len(c.members)})
+        if isinstance(own, IngestResult):
+            own.members, own.removed = results, gone
+        return own
+
+    def remove_documents(self, keys: list[str]) -> None:
+        """Remove documents: their records in one transaction (from that instant no read shows
+        them: their chunks are no longer committed), then their chunks; a crash in between is
+        repaired on the next open."""
+        keys = sorted(set(keys))
+        locks = [self._source_lock(k) for k in keys]
+        for lock in locks:
+            lock.acquire()
+        try:
+            markers = [self._mark_pending(k, "") for k in keys]
+            self.raw.commit_many([], remove=keys)
+            self._fault("after_remove_commit")
+            for k, marker in zip(keys, markers):
+                self.store.delete(self.collection, Filter(must=(Cond("source_filename", k),)))
+                marker.unlink(missing_ok=True)
+        finally:
+            for lock in reversed(locks):
+                lock.release()
+
+    def _parse_and_prepare(self, data: bytes, filename: str, owner_identity, visibility, ingested_at, *,
+                           container: str | None = None):
         key = source_key(owner_identity, filename)
         self._check_visibility(filename, visibility)
-        unchanged = self._unchanged(key, bytes(data), owner_identity, visibility)
+        unchanged = self._unchanged(key, data, owner_identity, visibility)
         if unchanged is not None:  # same bytes, settings and model: nothing to parse or embed
             return unchanged
         try:
-            text, report = parse_cached(bytes(data), filename, self.ingest, self.parse_cache)
+            text, report = parse_cached(data, filename, self.ingest, self.parse_cache)
         except ParseError as exc:
-            raise IngestError(str(exc)) from exc
+            raise IngestError(str(exc), source=key) from exc
         self._fault("after_parse")
-        return self._prepare(key, filename, owner_identity, visibility, bytes(data), text, report,
+        if container is not None:
+            report = {**report, "container": container}
+        return self._prepare(key, filename, owner_identity, visibility, data, text, report,
                              authored_markdown=bool(report.get("authored_markdown")), ingested_at=ingested_at)
 
     @staticmethod
@@ -418,11 +458,13 @@ class KnowledgeBase:
                 raise IngestError(f"{names}: ingest failed, previous version kept: "
                                   f"{type(exc).__name__}: {exc}") from exc
             raise
-        self._fault("after_commit")
-        for p, marker in zip(todo, markers):
+        self._fault("after_commit")  # from here on every read shows the new version only
+        for p in todo:
             if p.committed is not None:  # a new document has no older chunks (a crashed write left a marker)
                 self.store.delete(self.collection, Filter(must=(Cond("source_filename", p.key),),
                                                           must_not=(Cond("doc_version", p.doc_version),)))
+        self._fault("after_cleanup")
+        for p, marker in zip(todo, markers):
             marker.unlink(missing_ok=True)
             results[id(p)] = IngestResult(p.key, p.doc_version, len(p.chunks), True, time.perf_counter() - p.t0,
                                           {**chunk_stats(p.chunks), "chunk_s": round(p.chunk_s, 4)}, p.report)
@@ -457,61 +499,6 @@ class KnowledgeBase:
         self.refresh_bm25_stats()
         self.store.optimize(self.collection)
 
-    # -- BM25 statistics from the corpus -----------------------------------------------------
-    # A BM25 document weight depends on the document's length relative to the corpus average
-    # (tf·(k+1) / (tf + k·(1 − b + b·len/avg_len))); IDF is applied by the engine at query time.
-    # The average is measured on the stored chunks (each carries its length, ``bm25_len``), kept
-    # in ``raw/bm25.json``, and when it drifts by more than BM25_DRIFT the sparse vectors are
-    # re-encoded with the new one, so the statistics always come from the corpus itself.
-    BM25_DRIFT = 0.10
-
-    def bm25_length(self, text: str) -> int:
-        """Tokens BM25 counts in ``text`` (after Qdrant's tokenizer, stop words and stemming)."""
-        v = self._lengths.document(text)
-        k = 1.2
-        return int(sum(round(w * k / (k + 1.0 - w)) for w in v.values))
-
-    def bm25_avg_len(self) -> float:
-        try:
-            return float(json.loads(self._bm25_stats.read_text())["avg_len"])
-        except (OSError, ValueError, KeyError):
-            return 256.0  # Qdrant's default until the first batch is measured
-
-    def refresh_bm25_stats(self, *, force: bool = False) -> dict:
-        """Measure the corpus's mean chunk length; re-encode the sparse vectors if it drifted."""
-        lengths = [int(p.payload.get("bm25_len") or self.bm25_length(p.payload.get("text", "")))
-                   for p in self.store.scroll(self.collection)]
-        if not lengths:
-            return {"avg_len": self.lexical_avg_len, "chunks": 0, "reencoded": 0}
-        measured = max(1.0, sum(lengths) / len(lengths))
-        current = self.bm25_avg_len()
-        if not force and self._bm25_stats.exists() and abs(measured - current) <= self.BM25_DRIFT * current:
-            return {"avg_len": current, "measured": measured, "chunks": len(lengths), "reencoded": 0}
-        encoder = LexicalEncoder(avg_len=measured)
-        by_source: dict[str, list[Point]] = {}
-        for p in self.store.scroll(self.collection, with_vectors=True):
-            p.sparse = encoder.document(p.payload.get("text", ""))
-            p.payload.setdefault("bm25_len", self.bm25_length(p.payload.get("text", "")))
-            by_source.setdefault(p.payload.get("source_filename", ""), []).append(p)
-        for source, points in by_source.items():
-            # under the source's write lock, and only the committed version: a concurrent
-            # re-ingest must never see its replaced chunks written back
-            with self._source_lock(source):
-                rec = self.raw.get(source, is_owner=True)
-                keep = [p for p in points if rec is None and not p.payload.get("doc_version")
-                        or rec is not None and p.payload.get("doc_version") == rec.doc_version]
-                if keep:
-                    self.store.upsert(self.collection, keep)
-        tmp = self._bm25_stats.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"avg_len": measured, "chunks": len(lengths)}))
-        tmp.replace(self._bm25_stats)
-        self.lexical = encoder
-        return {"avg_len": measured, "previous": current, "chunks": len(lengths), "reencoded": len(lengths)}
-
-    @property
-    def lexical_avg_len(self) -> float:
-        return self.bm25_avg_len()
-
     def migrate_private(self, owner_identity: str) -> int:
         """The seed's migration: every chunk without a visibility becomes private to ``owner``."""
         legacy = Filter(must=(Empty("visibility"),))
@@ -525,32 +512,48 @@ class KnowledgeBase:
     # retrieve_knowledge_base, search_within_document and find_source_document: transformation,
     # floor, re-ranking, cut). The KB offers the one engine query they all go through, always
     # under the requester's access filter, and the three read paths that return whole documents.
+    GATE_ROUNDS = 4  # engine queries at most per search when replaced / uncommitted chunks crowd the top
+
     def search(self, query: str, limit: int, *, requester_id: str | None, is_owner: bool = False,
                within: str | None = None, mode: str = "dense", rrf_k: int = 60, prefetch: int = 50,
                ef: int | None = None, exact: bool = False, query_vector=None,
                unscoped: bool = False) -> list[RetrievedChunk]:
-        """One engine query (dense, BM25 or hybrid fused in the engine) under the access filter.
+        """One engine query (dense, BM25 or hybrid fused in the engine) under the access filter,
+        through the committed version.
 
         Scores are the engine's: cosine for dense, BM25 for bm25, RRF for hybrid. ``within``
         restricts to one source (the caller checks that the requester may see it). ``unscoped``
         drops the access filter: only the replay of the unscoped-search incident asks for it.
+        Only chunks of each source's committed version are returned (``committed_only``); when
+        others (a version being written or just replaced) took places in the top ``limit``, the
+        engine is asked again for more, so k results are k committed, permitted chunks. Dense and
+        BM25 rankings are then exactly those of the committed chunks alone; a hybrid ranking
+        fuses ranks that counted the dropped chunks too, only while a write is under way.
         """
         self._check_model()
         flt = None if unscoped else access_filter(requester_id, is_owner)
         if within is not None:
             flt = _and(flt, Filter(must=(Cond("source_filename", within),)))
-        if mode == "bm25":
-            hits = self.store.sparse_search(self.collection, self.lexical.query(query), limit, flt=flt)
-        else:
+        if mode not in ("dense", "bm25", "hybrid"):
+            raise ValueError(f"retrieval.mode: unknown mode {mode!r} (dense | bm25 | hybrid)")
+        sparse = self.lexical.query(query) if mode != "dense" else None
+        qv = None
+        if mode != "bm25":
             qv = query_vector if query_vector is not None else self.embedder.embed([query], "query")[0]
-            if mode == "hybrid":
-                hits = self.store.hybrid_search(self.collection, qv, self.lexical.query(query), limit, flt=flt,
-                                                prefetch=max(prefetch, limit), rrf_k=rrf_k, ef=ef, exact=exact)
-            elif mode == "dense":
-                hits = self.store.search(self.collection, qv, limit, flt=flt, ef=ef, exact=exact)
+        fetch = limit
+        for _ in range(self.GATE_ROUNDS):
+            if mode == "bm25":
+                hits = self.store.sparse_search(self.collection, sparse, fetch, flt=flt)
+            elif mode == "hybrid":
+                hits = self.store.hybrid_search(self.collection, qv, sparse, fetch, flt=flt,
+                                                prefetch=max(prefetch, fetch), rrf_k=rrf_k, ef=ef, exact=exact)
             else:
-                raise ValueError(f"retrieval.mode: unknown mode {mode!r} (dense | bm25 | hybrid)")
-        return [RetrievedChunk.from_hit(h) for h in hits]
+                hits = self.store.search(self.collection, qv, fetch, flt=flt, ef=ef, exact=exact)
+            kept, stale = committed_only(hits, self.raw.committed)
+            if not stale or len(kept) >= limit or len(hits) < fetch:
+                break
+            fetch = 2 * fetch + stale
+        return [RetrievedChunk.from_hit(h) for h in kept[:limit]]
 
     def get_document_text(self, source: str, requester_id: str | None, is_owner: bool = False) -> str:
         rec = self._record(source, requester_id, is_owner)

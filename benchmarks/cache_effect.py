@@ -36,7 +36,7 @@ from ingest import scifact_documents
 def reingest(n_docs: int, embedder_name: str) -> dict:
     from adiyan.cache import CachedEmbedder, EmbeddingCache
     from adiyan.config import load_settings
-    from adiyan.kb import KnowledgeBase
+    from adiyan.factory import open_kb
     from adiyan.models import load_embedder
     from adiyan.store import open_store
 
@@ -49,7 +49,7 @@ def reingest(n_docs: int, embedder_name: str) -> dict:
             s = load_settings(environ={}, overrides={"paths.data_dir": f"{tmp}/data-{label}",
                                                      "embedder.name": embedder_name})
             emb = CachedEmbedder(raw, EmbeddingCache(f"{tmp}/emb.sqlite"))  # empty on the cold pass
-            kb = KnowledgeBase(s, open_store(s), emb)
+            kb = open_kb(s, embedder=emb, store=open_store(s), progress=False)
             t0 = time.perf_counter()
             kb.ingest_many([(data, name, "bench", "global") for name, data in docs])
             kb.finish_ingest()

@@ -36,7 +36,7 @@ def run(n_docs: int = 400, embedder_name: str = "minilm", repeats: int = 1) -> d
     from adiyan.cache import CachedEmbedder, EmbeddingCache
     from adiyan.chunking import chunk_text
     from adiyan.config import load_settings
-    from adiyan.kb import KnowledgeBase
+    from adiyan.factory import open_kb
     from adiyan.models import load_embedder
     from adiyan.store import open_store
 
@@ -51,7 +51,7 @@ def run(n_docs: int = 400, embedder_name: str = "minilm", repeats: int = 1) -> d
         raw.embed(chunks, "document")
         embed_before_s = time.perf_counter() - t0
         emb = CachedEmbedder(raw, EmbeddingCache(f"{tmp}/emb.sqlite"))  # cold cache: every chunk embedded
-        kb = KnowledgeBase(s, open_store(s), emb)
+        kb = open_kb(s, embedder=emb, store=open_store(s), progress=False)
         t0 = time.perf_counter()
         results = kb.ingest_many([(data, name, "bench", "global") for name, data in docs])
         kb.finish_ingest()
@@ -73,7 +73,7 @@ def run(n_docs: int = 400, embedder_name: str = "minilm", repeats: int = 1) -> d
         raw.embed(chunks, "document")
         embed_after_s = time.perf_counter() - t0
         embed_s = min(embed_before_s, embed_after_s)
-        kb2 = KnowledgeBase(s2, open_store(s2), CachedEmbedder(raw, EmbeddingCache(f"{tmp}/emb.sqlite")))
+        kb2 = open_kb(s2, embedder=CachedEmbedder(raw, EmbeddingCache(f"{tmp}/emb.sqlite")), store=open_store(s2), progress=False)
         t0 = time.perf_counter()
         kb2.ingest_many([(data, name, "bench", "global") for name, data in docs])
         kb2.finish_ingest()
@@ -81,7 +81,7 @@ def run(n_docs: int = 400, embedder_name: str = "minilm", repeats: int = 1) -> d
         kb2.store.close()
         # the same documents one call each (ingest_document), cold cache: what the batch saves
         s3 = s.with_overrides({"paths.data_dir": f"{tmp}/data3"})
-        kb3 = KnowledgeBase(s3, open_store(s3), CachedEmbedder(raw, EmbeddingCache(f"{tmp}/emb3.sqlite")))
+        kb3 = open_kb(s3, embedder=CachedEmbedder(raw, EmbeddingCache(f"{tmp}/emb3.sqlite")), store=open_store(s3), progress=False)
         t0 = time.perf_counter()
         for name, data in docs:
             kb3.ingest_document(data, name, "bench", "global")

@@ -7,6 +7,19 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 VENV=${ADIYAN_VENV:-.venv}
 start=$(date +%s)
+# Optional, off by default: LibreOffice (headless) converts legacy .doc/.ppt/.xls/.rtf uploads
+# (adiyan/ingest/legacy.py); without it they are refused with this hint. Debian/Ubuntu; measured
+# here: 50 s and 325 MB with --no-install-recommends. Runs before the up-to-date check below.
+if [ "${ADIYAN_INSTALL_LIBREOFFICE:-0}" = "1" ] && ! command -v soffice >/dev/null; then
+  if ! command -v apt-get >/dev/null; then
+    echo "install: ADIYAN_INSTALL_LIBREOFFICE=1 needs apt-get; install LibreOffice (soffice) yourself" >&2; exit 1
+  fi
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  echo "install: LibreOffice (headless) for legacy Office files"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
+    libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui
+fi
 stamp="$VENV/.adiyan-install-stamp"
 want=$(cat requirements.txt requirements-models.txt constraints.txt pyproject.toml scripts/install.sh | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
@@ -37,6 +50,10 @@ if ! ls "$wheel_dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
 fi
 $PIP install -q --force-reinstall --no-deps "$wheel_dir"/llama_cpp_python-*.whl
 $PIP install -q -c constraints.txt diskcache
+# The wheel's `server` extra (fastapi, uvicorn, sse-starlette, starlette-context) comes from
+# requirements.txt; check that its OpenAI-compatible server starts (the server tests run it).
+"$VENV/bin/python" -m llama_cpp.server --help >/dev/null \
+  || { echo "install: python -m llama_cpp.server does not start (its server extra is missing)" >&2; exit 1; }
 $PIP install -q --no-deps -e .
 tv=$("$VENV/bin/python" -c 'import torch; print(torch.__version__)')
 case "$tv" in 2.13.0*) ;; *) echo "install: torch was replaced by $tv; expected 2.13.0+cpu" >&2; exit 1;; esac

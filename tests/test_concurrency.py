@@ -78,6 +78,23 @@ def check_chunk(requester, c) -> None:
         assert permitted(requester, *mark), (requester, c.source, c.text[:60])
 
 
+def version_of(text: str) -> int | None:
+    import re
+
+    m = re.search(r"MARK-\w+-(?:private|global)-w\d+s\d+v(\d+)", text)
+    return int(m.group(1)) if m else None
+
+
+def committed_during(versions: dict[int, tuple], who, key: str, v: int | None, t0: float, t1: float) -> bool:
+    """Was version ``v`` of ``key`` (any version the requester may read, when None) the committed one,
+    readable by ``who``, at some instant of [t0, t1]? ``versions``: v -> (visibility, commit start, end)."""
+    def current(i):
+        vis, start, _ = versions[i]
+        later = [versions[j][2] for j in versions if j > i]
+        return start <= t1 and (not later or t0 <= min(later)) and permitted(who, key.split("/")[0], vis)
+    return any(current(i) for i in versions) if v is None else v in versions and current(v)
+
+
 def check_state(kb) -> dict:
     """The invariant after any set of completed ingests: stored chunks == committed chunks."""
     records = {r.source_key: r for r in kb.raw.list(is_owner=True)}
@@ -113,13 +130,26 @@ def test_threads_ingesting_and_querying_for_a_bounded_time(kb):
     visibility) documents of three owners and building the index, against 3 reader threads
     querying retrieve / find / list / search-within / get-text / get-bytes as five requesters,
     for ADIYAN_CONCURRENCY_SECONDS (20 s). Expects: no exception anywhere; no duplicate or stale
-    chunk; count == sum of committed n_chunks; no answer outside the access policy."""
+    chunk; count == sum of committed n_chunks; no answer outside the access policy; and no
+    window: every chunk returned, and every document named by find_source_document, was of the
+    version committed at some instant of that read (commit times from the write path's fault
+    hook), so a visibility flip takes effect at its commit for every reader."""
     stop = threading.Event()
     errors: list[str] = []
     committed: dict[str, object] = {}  # key -> last IngestResult (each key has one writer)
-    ever_global: set[str] = set()  # keys that were global at some point (visibility flips)
+    history: dict[str, dict[int, tuple]] = {}  # key -> version -> (visibility, commit start, commit end)
+    seen: list[tuple] = []  # (requester, key, version or None, t0, t1): what each read returned
     lock = threading.Lock()
     stats = Counter()
+    when = threading.local()
+
+    def hook(stage):  # runs in the writer's thread: brackets the raw store's commit
+        if stage == "after_upsert":
+            when.start = time.monotonic()
+        elif stage == "after_commit":
+            when.end = time.monotonic()
+
+    kb.fault_hook = hook
 
     def guard(fn):
         def run(*args):
@@ -143,12 +173,12 @@ def test_threads_ingesting_and_querying_for_a_bounded_time(kb):
             owner = OWNERS[(w + slot) % 3]
             vis = rng.choice(["private", "global"])
             version[slot] += 1
-            if vis == "global":
-                with lock:
-                    ever_global.add(f"{owner}/w{w}-doc{slot}.md")
+            when.end = None
             res = kb.ingest_text(doc_text(owner, vis, w, slot, version[slot]), f"w{w}-doc{slot}.md", owner, vis)
+            assert res.changed and when.end is not None
             with lock:
                 committed[res.source] = res
+                history.setdefault(res.source, {})[version[slot]] = (vis, when.start, when.end)
                 stats["ingests"] += 1
             i += 1
             if w == 0 and i % 5 == 0:
@@ -161,19 +191,21 @@ def test_threads_ingesting_and_querying_for_a_bounded_time(kb):
         while not stop.is_set():
             requester = rng.choice(REQUESTERS)
             q = rng.choice(QUERIES)
+            t0 = time.monotonic()
             res = kb.rp.retrieve_knowledge_base(q, requester, top_k=8, floor=-1.0)
+            t1 = time.monotonic()
             versions = Counter()
             for c in res.chunks:
                 check_chunk(requester, c)
                 versions[(c.source, c.chunk_index)] += 1
-            if any(n > 1 for n in versions.values()):
-                stats["transient_two_versions_in_one_result"] += 1
+                seen.append((requester, c.source, version_of(c.text), t0, t1))
+            assert not any(n > 1 for n in versions.values()), f"two versions of one chunk in one result: {versions}"
             for d in kb.list_documents(requester):
                 assert permitted(requester, d["owner_identity"], d["visibility"]), (requester, d)
+            t0 = time.monotonic()
             found = kb.rp.find_source_document(q, requester, floor=-1.0)
-            if found:
-                with lock:
-                    assert found["source"].split("/")[0] == requester or found["source"] in ever_global, found
+            if found and found["source"].split("/")[0] != requester:  # named to another: it had to be global
+                seen.append((requester, found["source"], None, t0, time.monotonic()))
             with lock:
                 keys = list(committed)
             if keys:
@@ -208,6 +240,10 @@ def test_threads_ingesting_and_querying_for_a_bounded_time(kb):
         t.join(timeout=120)
     assert not any(t.is_alive() for t in threads), "a thread hung"
     assert not errors, "\n".join(errors[:3])
+    windows = [f"{who!r} got {key} v{v} during [{t0:.4f}, {t1:.4f}]: not committed for them then"
+               for who, key, v, t0, t1 in seen if not committed_during(history.get(key, {}), who, key, v, t0, t1)]
+    assert not windows, f"{len(windows)} of {len(seen)} returned chunks outside the committed version:\n" \
+        + "\n".join(windows[:5])
     records = check_state(kb)
     assert set(records) == set(committed)
     for key, res in committed.items():

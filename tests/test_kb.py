@@ -1,9 +1,11 @@
 """The knowledge-base slice on the real minilm: ingest, replace, the access policy, the same-model rule."""
 
+import re
+
 import pytest
 
 from adiyan.factory import open_kb, open_retriever
-from adiyan.kb import IngestError, validate_filename
+from adiyan.kb import IngestError, IngestItem, source_key, validate_filename
 from adiyan.store import EmbedderMismatchError, open_store
 
 TEXT_A = "# Prices\n\nThe Julian Alps Weekend (TR-JUL-03) costs 450 euros per person.\n"
@@ -58,10 +60,53 @@ def test_querying_with_another_embedder_raises(make_settings, minilm, mpnet):
     store.close()
 
 
-@pytest.mark.parametrize("name", ["../etc/passwd", "a/b.md", "/abs.md", "nul\x00.md", "..", "", "C:evil.md"])
-def test_file_names_are_keys_not_paths(name):
-    with pytest.raises(IngestError):
+REFUSED = {"../etc/passwd": "'..' path component", "a/../b.md": "'..' path component", "./a.md": "'.' path component",
+           "/abs.md": "absolute path", "C:evil.md": "drive", "a\\b.md": "'\\'", "nul\x00.md": "NUL byte",
+           "..": "'..' path component", "": "empty file name", "a//b.md": "empty path component",
+           "a/b/": "empty path component", "a/ /b.md": "blank", "n" * 300 + ".md": "longer than 255 bytes",
+           "/".join(["d"] * 40) + ".md": "deeper than 32", "/".join(["d" * 200] * 6): "longer than 1024 bytes"}
+
+
+@pytest.mark.parametrize("name,reason", REFUSED.items(), ids=[repr(n[:20]) for n in REFUSED])
+def test_file_names_are_keys_not_paths(name, reason):
+    with pytest.raises(IngestError, match=re.escape(reason)):
         validate_filename(name)
+
+
+@pytest.mark.parametrize("name", ["a/b.md", "Co..md", "Harris, Forbes & Co..md", "a..b.md", "..hidden.md",
+                                  "docs/2024/report.pdf", "archive.zip/docs/a.txt", "mail.eml/invoice.pdf"])
+def test_relative_names_of_plain_components_are_keys(name):
+    """``..`` only matters as a whole component: ``Co..md`` is a name, not a traversal."""
+    assert validate_filename(name) == name
+    assert source_key("alice", name) == f"alice/{name}"
+
+
+def test_same_file_name_in_two_folders_is_two_documents(kb, tmp_path):
+    """``a/notes.txt`` and ``b/notes.txt`` are keyed by their relative paths; neither replaces the other,
+    and the raw store keeps their bytes by content hash, never under a path built from the key."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "notes.txt").write_text("Notes of folder A: the kayak trip starts at Bovec. Marker FOLDER-A.")
+    (tmp_path / "b" / "notes.txt").write_text("Notes of folder B: the wine tour starts at Brda. Marker FOLDER-B.")
+    items = [IngestItem(tmp_path / rel, rel, "alice", "private") for rel in ("a/notes.txt", "b/notes.txt")]
+    res = kb.kb.ingest_many(items)
+    assert [r.source for r in res] == ["alice/a/notes.txt", "alice/b/notes.txt"] and all(r.changed for r in res)
+    assert "FOLDER-A" in kb.get_document_text("alice/a/notes.txt", "alice")
+    assert "FOLDER-B" in kb.get_document_text("alice/b/notes.txt", "alice")
+    assert [d["source"] for d in kb.list_documents("alice")] == ["alice/a/notes.txt", "alice/b/notes.txt"]
+    hits = kb.search_within_document("alice/b/notes.txt", "wine tour", "alice", floor=-1.0).chunks
+    assert hits and {c.source for c in hits} == {"alice/b/notes.txt"}
+    stored = [p.relative_to(kb.kb.raw.root).as_posix() for p in kb.kb.raw.root.rglob("*") if p.is_file()]
+    assert not [p for p in stored if "notes" in p], stored  # blobs by hash: files/<sha[:2]>/<sha256>[.md]
+    assert all(re.fullmatch(r"files/[0-9a-f]{2}/[0-9a-f]{64}(\.md)?", p) for p in stored if p.startswith("files/"))
+
+
+def test_two_items_of_one_batch_with_one_key_are_refused_by_name(kb):
+    res = kb.kb.ingest_many([(b"First version. Marker DUP-1.", "notes.txt", "alice", "private"),
+                             (b"Second version. Marker DUP-2.", "notes.txt", "alice", "private")])
+    assert res[0].changed and isinstance(res[1], IngestError)
+    assert str(res[1]).startswith("'alice/notes.txt': same key as item 1 earlier in this batch")
+    assert "DUP-1" in kb.get_document_text("alice/notes.txt", "alice")  # the first one stands
 
 
 def test_empty_document_is_an_error_naming_the_file(kb):

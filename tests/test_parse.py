@@ -1,7 +1,10 @@
 """parse_document on the shared document corpus, and on every kind of bad input.
 
-Flow formats (DOCX, HTML, Markdown) must recover 90% of the words of Docling's reference
-Markdown; PDFs and decks must parse or fail with a named reason. Bad inputs are built here.
+Every corpus file with a reference Markdown (Docling's groundtruth, shipped beside the sources)
+must parse and recover at least its measured share of the reference's words (``RECALL_FLOORS``);
+the two PDFs without one must yield text on every page. Bad inputs are built here. The formats
+issue 13 added (encodings, XLSX/CSV, e-mail, archives, legacy Office, encrypted PDFs, more
+image types, DOCX that Docling fails on) are tested in ``test_formats_*.py``.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import collections
 import io
 import json
+import random
 import re
 import shutil
 import zipfile
@@ -21,9 +25,24 @@ from adiyan.ingest import ParseError, parse_document
 from adiyan.ingest.ocr import OcrUnavailable, recognize
 
 DOCS = Path(__file__).parents[1].parent / "shared/datasets/documents"
-PARSE_CODES = {"unsafe_name", "unsupported_extension", "empty_file", "too_large", "content_mismatch",
-               "bad_encoding", "truncated_pdf", "encrypted_pdf", "unreadable_pdf", "not_a_zip",
-               "missing_main_part", "unreadable_document", "unreadable_image", "ocr_unavailable", "no_text"}
+# Word recall measured on this corpus with the parser of issue 13 (docling 2.143, python-pptx 1.0.2),
+# minus about 0.01 and rounded down; every file not listed measured 1.000 and has the floor 0.99.
+# Measured: 2305.03393v1-pg9 0.967, code_and_formula 0.993, multi_page 0.999, picture_classification
+# 0.995, redp5110_sampled 1.000, right_to_left_01/02/03 0.987/0.965/0.964, table_mislabeled_as_picture
+# 0.968; powerpoint_comments 0.578, powerpoint_sample 0.971, pptx_chart 0.867; wiki_duck 0.993;
+# escaped_characters 0.971.
+RECALL_FLOORS = {
+    "pdf/2305.03393v1-pg9.pdf": 0.95, "pdf/code_and_formula.pdf": 0.98, "pdf/multi_page.pdf": 0.98,
+    "pdf/picture_classification.pdf": 0.98, "pdf/redp5110_sampled.pdf": 0.98, "pdf/right_to_left_01.pdf": 0.97,
+    "pdf/right_to_left_02.pdf": 0.95, "pdf/right_to_left_03.pdf": 0.95, "pdf/table_mislabeled_as_picture.pdf": 0.95,
+    # The reference includes the deck's review comments (authors, dates, text: all 65 missing words),
+    # which are not slide content and are not read (pptx_text.py).
+    "pptx/powerpoint_comments.pptx": 0.56,
+    "pptx/powerpoint_sample.pptx": 0.96,
+    "pptx/pptx_chart.pptx": 0.85,  # the reference names the chart type ("bar chart", "other"); we do not
+    "html/wiki_duck.html": 0.98, "md/escaped_characters.md": 0.96,
+}
+DEFAULT_FLOOR = 0.99
 
 
 def word_recall(extracted: str, reference: str) -> float:
@@ -112,18 +131,36 @@ def test_corpus_is_present():
     assert all(counts.values()), counts
 
 
-@pytest.mark.parametrize("source", sources("docx", "html", "md", with_groundtruth=True))
-def test_flow_documents_recover_reference_words(source: Path):
+@pytest.mark.parametrize("source", sources("docx", "html", "md", "pdf", "pptx", with_groundtruth=True))
+def test_documents_recover_their_reference_words(source: Path):
+    """A parser that refuses a file, or loses its text, fails here: each file has its own floor."""
     parsed = parse_document(source.read_bytes(), source.name)
+    key = f"{source.parent.parent.name}/{source.name}"
     recall = word_recall(parsed.text, groundtruth(source).read_text(encoding="utf-8"))
-    print(f"{source.name}: word recall {recall:.3f}")
-    assert recall >= 0.9
     report = parsed.report
+    print(f"{key}: word recall {recall:.3f} (floor {RECALL_FLOORS.get(key, DEFAULT_FLOOR)}), {len(report.units)} "
+          f"units, tiers {sorted(report.tiers)}, warnings {[(w.code, w.unit) for w in report.warnings]}")
+    assert recall >= RECALL_FLOORS.get(key, DEFAULT_FLOOR)
     assert report.total_chars == len(parsed.text) > 0
     assert report.authored_markdown == (source.suffix == ".md")
-    assert report.tiers == {"markdown" if source.suffix == ".md" else "docling"}
+    assert [u.unit for u in report.units] == list(range(1, len(report.units) + 1))
+    warned = {w.unit for w in report.warnings}
+    for unit in report.units:  # every unit gave text, or is named in a warning
+        assert unit.chars > 0 or unit.unit in warned, unit
+    expected_tiers = {".md": {"markdown"}, ".pptx": {"python-pptx"}}.get(source.suffix, {"docling"})
+    assert report.tiers == expected_tiers
     if source.suffix == ".md":
         assert parsed.text == source.read_text(encoding="utf-8")  # authored Markdown is kept as written
+    if source.suffix == ".pptx":
+        assert all(f"## Slide {u.unit}" in parsed.text for u in report.units if u.chars)
+
+
+def test_every_corpus_file_with_a_reference_is_scored():
+    """The recall test above covers 94 files (DOCX 33, HTML 32, MD 10, PDF 11, PPTX 8); a renamed groundtruth
+    must not drop one silently."""
+    scored = sources("docx", "html", "md", "pdf", "pptx", with_groundtruth=True)
+    assert len(scored) == 94, len(scored)
+    assert set(RECALL_FLOORS) <= {f"{p.values[0].parent.parent.name}/{p.values[0].name}" for p in scored}
 
 
 @pytest.mark.parametrize("source", sources("docx", "html", "md", with_groundtruth=False))
@@ -137,28 +174,15 @@ def test_sources_without_reference_still_yield_text(source: Path):
         assert "docling" in parsed.text.lower()  # the word the picture shows largest
 
 
-@pytest.mark.parametrize("source", sources("pdf", "pptx"))
-def test_paged_documents_parse_or_fail_with_a_named_reason(source: Path):
-    try:
-        parsed = parse_document(source.read_bytes(), source.name)
-    except ParseError as error:
-        print(f"{source.name}: refused ({error.code}): {error}")
-        assert str(error).startswith(f"{source.name}: ")
-        assert error.code in PARSE_CODES
-        return
-    report = parsed.report
-    reference = groundtruth(source)
-    recall = word_recall(parsed.text, reference.read_text(encoding="utf-8")) if reference else None
-    print(f"{source.name}: parsed, {len(report.units)} units, {report.total_chars} chars, "
-          f"tiers {sorted(report.tiers)}, recall {recall if recall is None else round(recall, 3)}, "
-          f"warnings {[(w.code, w.unit) for w in report.warnings]}")
-    assert parsed.text.strip()
-    assert [u.unit for u in report.units] == list(range(1, len(report.units) + 1))
-    warned = {w.unit for w in report.warnings}
-    for unit in report.units:  # every unit gave text, or is named in a warning
-        assert unit.chars > 0 or unit.unit in warned, unit
-    if source.suffix == ".pptx":
-        assert all(f"## Slide {u.unit}" in parsed.text for u in report.units if u.chars)
+@pytest.mark.parametrize(("name", "pages"), [("skipped_1page.pdf", 3), ("skipped_2pages.pdf", 4)])
+def test_pdfs_without_reference_yield_text_on_every_page(name, pages):
+    """Korean report pages with no groundtruth: every page has text, and the figure's English labels are read."""
+    source = DOCS / "pdf/sources" / name
+    parsed = parse_document(source.read_bytes(), source.name)
+    assert [(u.unit, u.tier) for u in parsed.report.units] == [(n, "docling") for n in range(1, pages + 1)]
+    assert all(u.chars > 0 for u in parsed.report.units) and parsed.report.warnings == []
+    for label in ("(Blockchain)", "(Edge Computing)", "(Next AI)", "보안기술"):
+        assert label in parsed.text, label
 
 
 def test_pdf_page_without_text_layer_is_reported_by_number():
@@ -217,13 +241,19 @@ def test_image_without_ocr_is_refused():
 # ----------------------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("filename", ["../secret.md", "a/b.md", "a\\b.md", "nul\x00.md", "/etc/notes.md",
-                                      "C:notes.md", "notes..md", ""])
+@pytest.mark.parametrize("filename", ["../secret.md", "a/../b.md", "a\\b.md", "nul\x00.md", "/etc/notes.md",
+                                      "C:notes.md", "a//b.md", "./notes.md", "docs/", ""])
 def test_unsafe_names_are_refused_before_anything_else(filename):
     assert_refused(b"# fine content", filename, "unsafe_name")
 
 
-@pytest.mark.parametrize("filename", ["notes.odt", "archive.zip", "README", "slides.ppt"])
+@pytest.mark.parametrize("filename", ["notes..md", "Harris__Forbes__amp__Co..md", "docs/2024/notes.md", "...md"])
+def test_names_with_dots_or_folders_are_keys_not_traversals(filename):
+    """'..' is refused as a path component only (issue 13: a BEIR id such as 'Co.' gave 'Co..md')."""
+    assert parse_document(b"# fine content", filename).report.filename == filename
+
+
+@pytest.mark.parametrize("filename", ["notes.odt", "backup.7z", "README", "clip.mp4"])
 def test_unsupported_extensions_are_refused(filename):
     assert_refused(b"anything", filename, "unsupported_extension", match="supported: ")
 
@@ -257,7 +287,9 @@ def test_encrypted_pdf_is_refused(tmp_path):
     file_id = b"<%s>" % (b"33" * 16)
     path.write_bytes(build_pdf(text_pdf_objects(b"Top secret") + [encrypt],
                                b"/Encrypt 6 0 R /ID [%s %s] " % (file_id, file_id)))
-    assert_refused(path.read_bytes(), path.name, "encrypted_pdf", match="/Encrypt")
+    # Its /U entry is not what the empty password gives, so it needs a user password (test_formats_pdf_image.py
+    # builds real encrypted PDFs of both kinds).
+    assert_refused(path.read_bytes(), path.name, "encrypted_pdf", match="needs a password to open")
     # The same document without the /Encrypt entry reads fine: the builder itself is sound.
     assert parse_document(build_pdf(text_pdf_objects(b"Top secret")), "open.pdf").text == "Top secret"
 
@@ -305,9 +337,11 @@ def test_unreadable_image_is_refused():
 
 
 @pytest.mark.parametrize("filename", ["notes.md", "notes.txt", "page.html"])
-def test_text_that_is_not_utf8_is_refused_not_guessed(filename):
-    latin1 = "<p>Café crème</p>".encode("latin-1")
-    assert_refused(latin1, filename, "bad_encoding", match=r"not valid UTF-8 at byte 6 \(0xe9\)")
+def test_bytes_no_encoding_reads_as_text_are_refused_not_guessed(filename):
+    """latin-1 decodes anything; random bytes must still be refused, saying detection was not confident."""
+    rng = random.Random(13)
+    noise = bytes(rng.randrange(256) for _ in range(3000))
+    assert_refused(noise, filename, "bad_encoding", match=r"not valid UTF-8 .*could not be detected with confidence")
 
 
 def test_utf8_bom_is_accepted_and_dropped():

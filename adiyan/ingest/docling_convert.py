@@ -1,4 +1,4 @@
-"""DOCX, HTML and PDF to Markdown with Docling, using only its model-free pipelines.
+"""DOCX, HTML, PDF, XLSX and CSV to Markdown with Docling, using only its model-free pipelines.
 
 Docling's default PDF pipeline needs layout weights from a model hub, which this machine cannot
 reach; the native pipeline reads the PDF's own text layer instead (no headings or tables). Pages
@@ -36,7 +36,8 @@ def _converter(render_pages: bool):
             pdf = NativePdfFormatOption(pipeline_options=NativePdfPipelineOptions(
                 generate_page_images=render_pages, images_scale=OCR_RENDER_SCALE,
                 generate_picture_images=False))
-            formats = [InputFormat.PDF] if render_pages else [InputFormat.PDF, InputFormat.DOCX, InputFormat.HTML]
+            formats = [InputFormat.PDF] if render_pages else [InputFormat.PDF, InputFormat.DOCX, InputFormat.HTML,
+                                                              InputFormat.XLSX, InputFormat.CSV]
             _converters[render_pages] = DocumentConverter(allowed_formats=formats,
                                                           format_options={InputFormat.PDF: pdf})
         return _converters[render_pages]

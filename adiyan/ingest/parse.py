@@ -1,49 +1,83 @@
 """Bytes and a file name in, Markdown and an extraction report out; never an empty success.
 
-The file name is a key, not a path: it is validated and only its extension is used, to pick
-the format, which the content's magic bytes must then agree with. Every refusal is a
-ParseError whose message starts with the file name and says why; a document that yields no
-text at all is one of them, and a page or slide that yields none is a named warning.
+The file name is a key, not a path on disk: a relative '/'-separated name (``names.py`` says
+what is refused) whose extension picks the format, which the content's magic bytes must then
+agree with. Every refusal is a ParseError whose message starts with the file name and says why;
+a document that yields no text at all is one of them, and a unit (page, slide, sheet, image)
+that yields none is a named warning.
+
+=========================  ================  ==================================================
+extensions                 units             tiers (first that works; each unit records its own)
+=========================  ================  ==================================================
+.md .markdown .txt         document          as written, after decoding (``textcodec``)
+.html .htm                 document          docling, after decoding
+.csv .tsv                  sheet             docling, else csv; after decoding
+.docx                      document          docling, else python-docx (``docling_failed``)
+.xlsx                      sheet (each)      docling, else openpyxl (``docling_failed``)
+.pptx                      slide (each)      python-pptx, else OCR of the slide's pictures
+.pdf                       page (each)       docling text layer, else OCR of the rendered page
+.png .jpg .jpeg .tif       image (frame)     ocr:rapidocr or ocr:tesseract
+.tiff .bmp .webp
+.eml                       document          email (headers + text/plain body) or docling
+                                             (text/html body); attachments: ``containers``
+.doc .rtf / .ppt / .xls    as .docx / .pptx  libreoffice+<tier of the modern format>, when
+                           / .xlsx           soffice is on PATH; else refused, naming it
+.zip                       -                 refused with code ``container``: ``containers.expand``
+=========================  ================  ==================================================
+
+Decoded formats record ``encoding``, ``encoding_confidence`` and ``encoding_source`` in the
+report. Encrypted PDFs are read when the empty user password opens them (an owner password
+only: printing or copying restricted), with a ``copy_protected`` warning; a PDF that needs a
+password is refused.
 """
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import io
-import re
 import time
 import zipfile
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from PIL import Image, ImageSequence
 
+from . import legacy, pdf_security
+from .containers import is_ooxml
 from .docling_convert import flow_document_to_markdown, pdf_to_markdown
+from .docx_text import docx_to_markdown
+from .mail import email_to_markdown
+from .names import check_name
 from .ocr import ENGINES, OcrUnavailable, recognize
 from .pptx_text import deck_to_markdown
 from .report import ExtractionReport, ParsedDocument, ParseError, UnitReport
+from .sheets import csv_to_markdown, workbook_to_markdown
+from .textcodec import decode_text
 
-# extension -> (format, what the content must look like; None = text, i.e. no known binary signature)
+OLE2 = "OLE2 (a legacy .doc/.ppt/.xls)"
+# extension -> (format, what the content must look like: a kind, a tuple of kinds, or None = text)
 EXTENSIONS = {
     ".md": ("markdown", None), ".markdown": ("markdown", None), ".txt": ("text", None),
-    ".html": ("html", None), ".htm": ("html", None),
-    ".docx": ("docx", "zip"), ".pptx": ("pptx", "zip"), ".pdf": ("pdf", "PDF"),
+    ".html": ("html", None), ".htm": ("html", None), ".csv": ("csv", None), ".tsv": ("csv", None),
+    ".docx": ("docx", "zip"), ".pptx": ("pptx", "zip"), ".xlsx": ("xlsx", "zip"), ".pdf": ("pdf", "PDF"),
     ".png": ("image", "PNG"), ".jpg": ("image", "JPEG"), ".jpeg": ("image", "JPEG"),
-    ".tif": ("image", "TIFF"), ".tiff": ("image", "TIFF"),
+    ".tif": ("image", "TIFF"), ".tiff": ("image", "TIFF"), ".bmp": ("image", "BMP"), ".webp": ("image", "WEBP"),
+    ".eml": ("email", None), ".zip": ("archive", "zip"),
+    # Legacy Office; "zip": a modern file under the old extension, read as what it is.
+    ".doc": ("doc", (OLE2, "RTF", "zip")), ".rtf": ("rtf", "RTF"), ".ppt": ("ppt", (OLE2, "zip")),
+    ".xls": ("xls", (OLE2, "zip")),
 }
-METHODS = {"markdown": "as-is", "text": "as-is", "html": "docling", "docx": "docling", "pdf": "docling",
-           "pptx": "python-pptx", "image": "ocr"}
+METHODS = {"markdown": "as-is", "text": "as-is", "html": "docling", "csv": "docling", "docx": "docling",
+           "xlsx": "docling", "pdf": "docling", "pptx": "python-pptx", "image": "ocr", "email": "email",
+           "archive": "container", "doc": "libreoffice+docling", "rtf": "libreoffice+docling",
+           "ppt": "libreoffice+python-pptx", "xls": "libreoffice+docling"}
 _SIGNATURES = [
     (b"%PDF-", "PDF"), (b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"), (b"\x89PNG\r\n\x1a\n", "PNG"),
-    (b"\xff\xd8\xff", "JPEG"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"GIF8", "GIF"),
-    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "OLE2 (a legacy .doc/.ppt/.xls)"),
+    (b"\xff\xd8\xff", "JPEG"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"GIF8", "GIF"), (b"BM", "BMP"),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", OLE2), (b"{\\rtf", "RTF"),
 ]
-_MAIN_PARTS = {"docx": "word/document.xml", "pptx": "ppt/presentation.xml"}
-# Both a reference ("/Encrypt 12 0 R") and an inline dictionary occur in trailers and xref streams.
-_ENCRYPT = re.compile(rb"/Encrypt\s*(?:\d+\s+\d+\s+R|<<)")
-# A <meta charset=...> or <meta http-equiv=... content="...; charset=..."> in the document head.
-_META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.IGNORECASE)
-_DRIVE = re.compile(r"^[A-Za-z]:")
+_MAIN_PARTS = {"docx": "word/document.xml", "pptx": "ppt/presentation.xml", "xlsx": "xl/workbook.xml"}
+_LEGACY = {"doc", "rtf", "ppt", "xls"}
 
 
 def parse_document(data: bytes, filename: str, *, max_bytes: int = 50_000_000,
@@ -54,7 +88,7 @@ def parse_document(data: bytes, filename: str, *, max_bytes: int = 50_000_000,
     "rapidocr" (falls back to tesseract if RapidOCR cannot load), "tesseract", or "none".
     """
     started = time.perf_counter()
-    _check_name(filename)
+    check_name(filename)
     if ocr not in ENGINES:
         raise ValueError(f"ocr must be one of {ENGINES}, not {ocr!r}")
     extension = PurePosixPath(filename).suffix.lower()
@@ -71,21 +105,25 @@ def parse_document(data: bytes, filename: str, *, max_bytes: int = 50_000_000,
 
     report = ExtractionReport(filename, fmt, METHODS[fmt], authored_markdown=fmt == "markdown")
     if fmt in ("markdown", "text"):
-        text = _decode_utf8(data, filename)
+        text = _decode(data, filename, report).text
         report.units.append(UnitReport(1, "document", fmt, len(text.strip())))
     elif fmt == "html":
         # Re-encoded as UTF-8 behind a BOM, which outranks any <meta charset> in Docling's HTML parser.
-        html = "\ufeff" + _decode_html(data, filename)
+        html = "\ufeff" + _decode(data, filename, report, html=True).text
         text = flow_document_to_markdown(html.encode("utf-8"), extension, filename, report)
-    elif fmt == "docx":
+    elif fmt == "csv":
+        text = csv_to_markdown(_decode(data, filename, report).text, filename, report)
+    elif fmt in ("docx", "pptx", "xlsx"):
         _check_ooxml(data, filename, fmt)
-        text = flow_document_to_markdown(data, extension, filename, report)
-    elif fmt == "pptx":
-        _check_ooxml(data, filename, fmt)
-        text = deck_to_markdown(data, filename, report, ocr)
+        text = _office(data, filename, fmt, report, ocr)
     elif fmt == "pdf":
-        _check_pdf(data, filename)
-        text = pdf_to_markdown(data, filename, report, ocr)
+        text = _pdf(data, filename, report, ocr)
+    elif fmt == "email":
+        text = email_to_markdown(data, filename, report)
+    elif fmt == "archive":
+        raise _archive_refusal(data, filename)
+    elif fmt in _LEGACY:
+        text = _legacy(data, filename, extension, report, ocr)
     else:
         text = _ocr_image_file(data, filename, report, ocr)
 
@@ -96,6 +134,65 @@ def parse_document(data: bytes, filename: str, *, max_bytes: int = 50_000_000,
     report.total_chars = len(text)
     report.seconds = time.perf_counter() - started
     return ParsedDocument(text, report)
+
+
+def _decode(data: bytes, filename: str, report: ExtractionReport, *, html: bool = False):
+    decoded = decode_text(data, filename, html=html)
+    report.decoded(decoded.encoding, decoded.confidence, decoded.source)
+    return decoded
+
+
+def _office(data: bytes, filename: str, fmt: str, report: ExtractionReport, ocr: str) -> str:
+    if fmt == "docx":
+        return docx_to_markdown(data, filename, report)
+    if fmt == "xlsx":
+        return workbook_to_markdown(data, filename, report)
+    return deck_to_markdown(data, filename, report, ocr)
+
+
+def _legacy(data: bytes, filename: str, extension: str, report: ExtractionReport, ocr: str) -> str:
+    """Converted by LibreOffice, then parsed as the modern format; each unit's tier says both."""
+    target = legacy.TARGETS[extension]
+    if _sniff(data) == "zip":  # e.g. a .pptx saved as .ppt: no conversion needed
+        _check_ooxml(data, filename, target)
+        report.warn("extension_mismatch", None, f"{filename} is a .{target} file named {extension}; read as .{target}")
+        return _office(data, filename, target, report, ocr)
+    converted = legacy.convert(data, filename, extension)
+    text = _office(converted, filename, target, report, ocr)
+    report.units[:] = [replace(u, tier=f"libreoffice+{u.tier}") if u.tier else u for u in report.units]
+    return text
+
+
+def _archive_refusal(data: bytes, filename: str) -> ParseError:
+    if is_ooxml(data):
+        return ParseError(filename, "content_mismatch", "named .zip but it is an Office document "
+                          "(DOCX, PPTX or XLSX); give it its real extension")
+    return ParseError(filename, "container", "a .zip archive holds documents, not text: expand it "
+                      "(adiyan.ingest.containers.expand) and ingest its members one by one")
+
+
+def _pdf(data: bytes, filename: str, report: ExtractionReport, ocr: str) -> str:
+    """The text layer, OCR where it is missing; an encrypted PDF only if no password is needed."""
+    if b"%%EOF" not in data[-1024:]:
+        raise ParseError(filename, "truncated_pdf", "truncated PDF: no %%EOF marker at the end of the file")
+    if not pdf_security.is_encrypted(data):
+        return pdf_to_markdown(data, filename, report, ocr)
+    security = pdf_security.read_security(data)
+    opens = pdf_security.opens_without_password(security) if security else None
+    if opens is False:
+        raise ParseError(filename, "encrypted_pdf", "encrypted PDF that needs a password to open (its user "
+                         "password is not empty); save a copy without a password")
+    try:
+        text = pdf_to_markdown(data, filename, report, ocr)
+    except ParseError as exc:
+        handler = f"revision {security.revision} of the {security.filter} handler" if security else "an unknown handler"
+        raise ParseError(filename, "encrypted_pdf", f"encrypted PDF ({handler}) that could not be opened without "
+                         f"a password ({exc.reason}): it needs one, or it is damaged; save a copy without a "
+                         "password") from exc
+    restricted = ", ".join(security.restrictions()) if security else ""
+    report.warn("copy_protected", None, f"{filename} is encrypted but opens without a password (an owner "
+                "password only" + (f"; it restricts {restricted}" if restricted else "") + "); its text was read")
+    return text
 
 
 def _summarise(warnings, show: int = 3) -> str:
@@ -112,34 +209,26 @@ def _summarise(warnings, show: int = 3) -> str:
     return f" ({shown}; and {len(warnings) - show:,} more; in all {by_code})"
 
 
-def _check_name(filename: str) -> None:
-    """A name is a storage key: nothing in it may read as a path or end a C string early."""
-    if not isinstance(filename, str) or not filename.strip():
-        raise ParseError(str(filename), "unsafe_name", "file name is empty")
-    for bad, why in (("\x00", "a NUL byte"), ("/", "a '/'"), ("\\", "a '\\'"), ("..", "'..'")):
-        if bad in filename:
-            raise ParseError(filename, "unsafe_name", f"file name contains {why}; give a bare name such as report.pdf")
-    if _DRIVE.match(filename):
-        raise ParseError(filename, "unsafe_name", "file name is an absolute (drive) path; give a bare name")
-
-
 def _sniff(data: bytes) -> str | None:
     for signature, kind in _SIGNATURES:
         if data.startswith(signature):
             return kind
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WEBP"
     if data.find(b"%PDF-", 0, 1024) != -1:  # the PDF header may follow up to 1 KiB of junk
         return "PDF"
     return None
 
 
-def _check_signature(data: bytes, filename: str, extension: str, expected: str | None) -> None:
+def _check_signature(data: bytes, filename: str, extension: str, expected) -> None:
     actual = _sniff(data)
-    if actual == expected:
+    allowed = expected if isinstance(expected, tuple) else (expected,)
+    if actual in allowed:
         return
     if expected == "zip":
         raise ParseError(filename, "not_a_zip", f"not a valid {extension} (not a zip package"
                          + (f"; the content looks like {actual})" if actual else ")"))
-    found = f"looks like {actual}" if actual else f"has no {expected} signature"
+    found = f"looks like {actual}" if actual else f"has no {' or '.join(allowed)} signature"
     raise ParseError(filename, "content_mismatch", f"named {extension} but the content {found}")
 
 
@@ -151,44 +240,6 @@ def _check_ooxml(data: bytes, filename: str, fmt: str) -> None:
         raise ParseError(filename, "not_a_zip", f"not a valid .{fmt} (corrupt zip: {exc})") from exc
     if _MAIN_PARTS[fmt] not in names:
         raise ParseError(filename, "missing_main_part", f"not a valid .{fmt}: the package has no {_MAIN_PARTS[fmt]}")
-
-
-def _check_pdf(data: bytes, filename: str) -> None:
-    if b"%%EOF" not in data[-1024:]:
-        raise ParseError(filename, "truncated_pdf", "truncated PDF: no %%EOF marker at the end of the file")
-    if _ENCRYPT.search(data):
-        raise ParseError(filename, "encrypted_pdf",
-                         "encrypted PDF (its trailer has an /Encrypt dictionary); save a decrypted copy")
-
-
-def _decode_utf8(data: bytes, filename: str) -> str:
-    """UTF-8, with or without a BOM; anything else is refused, never guessed (latin-1 always 'works')."""
-    try:
-        return data.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as exc:
-        raise ParseError(filename, "bad_encoding", f"not valid UTF-8 at byte {exc.start} "
-                         f"(0x{data[exc.start]:02x}); save it as UTF-8") from exc
-
-
-def _decode_html(data: bytes, filename: str) -> str:
-    """A BOM wins, then a declared <meta charset> (as browsers do), then UTF-8."""
-    declared = _META_CHARSET.search(data[:4096])
-    if data.startswith(codecs.BOM_UTF8) or declared is None:
-        return _decode_utf8(data, filename)
-    name = declared.group(1).decode("ascii")
-    try:
-        codec = codecs.lookup(name).name
-    except LookupError as exc:
-        raise ParseError(filename, "bad_encoding", f"declares an unknown charset {name!r}") from exc
-    if codec.startswith(("utf-16", "utf-32")):  # HTML: such a declaration in ASCII bytes means UTF-8
-        codec = "utf-8"
-    if codec == "utf-8":
-        return _decode_utf8(data, filename)
-    try:
-        return data.decode(codec)
-    except UnicodeDecodeError as exc:
-        raise ParseError(filename, "bad_encoding",
-                         f"declares charset {name} but is not valid {name} at byte {exc.start}") from exc
 
 
 def _ocr_image_file(data: bytes, filename: str, report: ExtractionReport, ocr: str) -> str:

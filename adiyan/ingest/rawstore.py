@@ -104,12 +104,13 @@ class RawStore:
     def commit(self, rec: DocumentRecord) -> None:
         self.commit_many([rec])
 
-    def commit_many(self, records: Sequence[DocumentRecord]) -> None:
-        """Commit index rows in one transaction: all of them or none."""
-        if not records:
+    def commit_many(self, records: Sequence[DocumentRecord], remove: Sequence[str] = ()) -> None:
+        """Commit index rows (and remove the rows of ``remove``) in one transaction: all of it or none."""
+        if not records and not remove:
             return
         conn = self._conn()
         with conn:
+            conn.executemany("DELETE FROM documents WHERE source_key = ?", [(k,) for k in remove])
             conn.executemany(f"INSERT OR REPLACE INTO documents ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                              [(rec.source_key, rec.filename, rec.owner_identity, rec.visibility, rec.sha256,
                                rec.size, rec.ingested_at, rec.doc_version, rec.n_chunks, rec.text_sha256,
@@ -132,6 +133,25 @@ class RawStore:
             sql += " WHERE visibility = 'global' OR owner_identity = ?"
             args.append(requester_id if requester_id is not None else "\x00")
         return [_row(r) for r in self._conn().execute(sql + " ORDER BY source_key", args)]
+
+    def committed(self, source_keys) -> dict[str, tuple[str, str, str]]:
+        """{key: (doc_version, visibility, owner_identity)} of the committed rows among ``source_keys``,
+        read in one statement per 500 keys (one statement is one consistent snapshot: the knowledge
+        base's read gate uses it so a search shows exactly the committed version of each document)."""
+        keys = list(dict.fromkeys(source_keys))
+        out: dict[str, tuple[str, str, str]] = {}
+        conn = self._conn()
+        for i in range(0, len(keys), 500):
+            part = keys[i: i + 500]
+            out.update((r[0], (r[1], r[2], r[3])) for r in conn.execute(
+                "SELECT source_key, doc_version, visibility, owner_identity FROM documents WHERE source_key IN "
+                f"({','.join('?' * len(part))})", part))
+        return out
+
+    def under(self, prefix: str) -> list[DocumentRecord]:
+        """Every record whose key starts with ``prefix`` (a container's members: ``<key>/``)."""
+        sql = f"SELECT {_COLS} FROM documents WHERE substr(source_key, 1, ?) = ? ORDER BY source_key"
+        return [_row(r) for r in self._conn().execute(sql, (len(prefix), prefix))]
 
     def all_versions(self) -> dict[str, str]:
         return dict(self._conn().execute("SELECT source_key, doc_version FROM documents"))

@@ -16,7 +16,9 @@ class ParseError(ValueError):
     ``code`` names the reason for callers that branch on it: unsafe_name, unsupported_extension,
     empty_file, too_large, content_mismatch, bad_encoding, truncated_pdf, encrypted_pdf,
     unreadable_pdf, not_a_zip, missing_main_part, unreadable_document, unreadable_image,
-    ocr_unavailable, no_text.
+    ocr_unavailable, no_text; container (a .zip: expand it), converter_missing (a legacy Office
+    file and no LibreOffice), conversion_failed; and from ``containers.expand``: archive_limit,
+    unsafe_member, nested_archive, unreadable_archive, empty_archive.
     """
 
     def __init__(self, filename: str, code: str, reason: str):
@@ -40,17 +42,25 @@ class UnitReport:
     """One page, slide or image frame; flow formats (DOCX, HTML, Markdown, text) are one unit."""
 
     unit: int  # 1-based
-    kind: str  # "page" | "slide" | "frame" | "document"
-    tier: str  # what produced the text, e.g. "docling", "python-pptx", "ocr:rapidocr"; "" if nothing did
+    kind: str  # "page" | "slide" | "image" | "sheet" | "document"
+    # What produced the text, e.g. "docling", "python-docx", "python-pptx", "openpyxl", "csv",
+    # "email", "ocr:rapidocr", "libreoffice+docling"; "" if nothing did.
+    tier: str
     chars: int
 
 
 @dataclass
 class ExtractionReport:
     filename: str
-    format: str  # "pdf" | "docx" | "pptx" | "html" | "markdown" | "text" | "image"
+    format: str  # "pdf" | "docx" | "pptx" | "xlsx" | "csv" | "html" | "markdown" | "text" | "image" | "email" | "doc" | ...
     method: str  # the primary converter; units say which tier actually produced their text
     authored_markdown: bool = False  # written as Markdown by a person: heading-aware chunking applies
+    # Where bytes were decoded as text (text, Markdown, HTML, CSV, e-mail bodies): the codec, how
+    # sure (1.0 for a byte-order mark, a declaration or valid UTF-8; 1 - mess ratio when detected)
+    # and how it was found ("bom" | "declared" | "utf-8" | "detected" | "mime"); None elsewhere.
+    encoding: str | None = None
+    encoding_confidence: float | None = None
+    encoding_source: str | None = None
     units: list[UnitReport] = field(default_factory=list)
     warnings: list[ExtractionWarning] = field(default_factory=list)
     total_chars: int = 0
@@ -59,6 +69,9 @@ class ExtractionReport:
 
     def warn(self, code: str, unit: int | None, message: str) -> None:
         self.warnings.append(ExtractionWarning(code, unit, message))
+
+    def decoded(self, encoding: str, confidence: float, source: str) -> None:
+        self.encoding, self.encoding_confidence, self.encoding_source = encoding, confidence, source
 
     @property
     def tiers(self) -> set[str]:
