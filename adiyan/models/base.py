@@ -21,6 +21,21 @@ class ModelAssetError(ModelError):
     """A model file is missing or fails its checks (size, CRC, sha256)."""
 
 
+# A model behind HTTP fails in one of three named ways (adiyan/models/remote.py maps the client
+# libraries' exceptions onto them); each message names the model and the server's URL.
+class ModelTimeoutError(ModelError):
+    """The server did not answer within the configured timeout."""
+
+
+class ModelConnectionError(ModelError):
+    """Nothing answered at the server's URL (connection refused, reset, unresolvable host)."""
+
+
+class ModelResponseError(ModelError):
+    """The server answered, but not with a usable reply: an HTTP error status, a body that is
+    not JSON, or JSON of the wrong shape."""
+
+
 @runtime_checkable
 class Embedder(Protocol):
     """Turns texts into L2-normalised float32 rows.

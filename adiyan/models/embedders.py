@@ -1,4 +1,5 @@
-"""Embedding providers: sentence-transformers in-process, GGUF through llama.cpp, Ollama by URL."""
+"""Embedding providers: sentence-transformers in-process, GGUF through llama.cpp, Ollama or any
+OpenAI-compatible server by URL."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from .base import Kind, ModelError, free_llama_at_exit, l2_normalize
+from .remote import embedding_rows, ollama_error, openai_error
 
 # nomic-embed-text is trained with task prefixes; without them its scores drop (offline.md).
 NOMIC_PREFIXES = {"query": "search_query: ", "document": "search_document: "}
@@ -41,6 +43,15 @@ class _BaseEmbedder:
     def _embed_raw(self, texts: list[str]) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def input_window(self) -> int | None:
+        """Tokens the model reads per text (the rest is cut off); None when it cannot be known here."""
+        return None
+
+    def count_tokens(self, text: str) -> int | None:
+        """Tokens of ``text`` (prefix included by the caller) with the model's own tokenizer,
+        special tokens included; None when the model's tokenizer is not available here."""
+        return None
+
     def describe(self) -> dict:
         return {"id": self.id, "dim": self.dim, "normalized": self.normalized,
                 "query_prefix": self.prefix("query"), "document_prefix": self.prefix("document")}
@@ -68,6 +79,12 @@ class SentenceTransformerEmbedder(_BaseEmbedder):
         self.batch_size = batch_size
         self.path = str(path)
         self._lock = threading.Lock()
+
+    def input_window(self) -> int:
+        return int(self._model.max_seq_length)  # minilm 256 word pieces, mpnet 384
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._model.tokenizer(text, add_special_tokens=True, verbose=False)["input_ids"])
 
     def _embed_raw(self, texts: list[str]) -> np.ndarray:
         with self._lock:
@@ -98,6 +115,13 @@ class LlamaCppEmbedder(_BaseEmbedder):
         self._lock = threading.Lock()
         free_llama_at_exit(self._llama)
 
+    def input_window(self) -> int:
+        return int(self.n_ctx)  # the llama.cpp context (nomic-embed-text is trained to 8192; runs 2048 here)
+
+    def count_tokens(self, text: str) -> int:
+        with self._lock:
+            return len(self._llama.tokenize(text.encode("utf-8"), add_bos=True))
+
     def _embed_raw(self, texts: list[str]) -> np.ndarray:
         out = []
         with self._lock:
@@ -121,18 +145,67 @@ class OllamaEmbedder(_BaseEmbedder):
         self.prefixes = dict(prefixes or {})
         self.batch_size = batch_size
         self.url = url
-        try:
-            probe = self._client.embed(model=model_name, input=["dimension probe"])
-        except Exception as exc:  # noqa: BLE001
-            raise ModelError(f"{model_id}: Ollama at {url} did not embed with model {model_name!r}: {exc}") from exc
-        full = len(probe["embeddings"][0])
+        self.timeout_s = timeout_s
+        self.id = model_id
+        probe = self._call(["dimension probe"])
+        full = probe.shape[1]
         self.truncate_dim = truncate_dim if truncate_dim and truncate_dim < full else None
         self.dim = self.truncate_dim or full
         self.id = model_id + (f"@{self.truncate_dim}" if self.truncate_dim else "")
 
+    def _call(self, texts: list[str]) -> np.ndarray:
+        """One /api/embed request; a failure is a named ModelError (see remote.py)."""
+        try:
+            resp = self._client.embed(model=self.model_name, input=texts)
+            rows = np.asarray(resp["embeddings"], dtype=np.float32)
+        except Exception as exc:  # noqa: BLE001 - every client failure becomes a named ModelError
+            raise ollama_error(exc, f"{self.id} (model {self.model_name!r})", self.url, self.timeout_s) from exc
+        if rows.ndim != 2 or rows.shape[0] != len(texts) or not np.isfinite(rows).all():
+            raise ollama_error(ValueError(f"{rows.shape[0] if rows.ndim else 0} embeddings for {len(texts)} texts"),
+                               self.id, self.url, self.timeout_s)
+        return rows
+
     def _embed_raw(self, texts: list[str]) -> np.ndarray:
-        rows = []
-        for i in range(0, len(texts), self.batch_size):
-            resp = self._client.embed(model=self.model_name, input=texts[i : i + self.batch_size])
-            rows.extend(resp["embeddings"])
-        return np.asarray(rows, dtype=np.float32)
+        parts = [self._call(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
+        return np.concatenate(parts).astype(np.float32)
+
+
+class OpenAICompatibleEmbedder(_BaseEmbedder):
+    """An embedding model on any server speaking the OpenAI embeddings API (llama.cpp server,
+    vLLM, LM Studio, OpenAI...), through the official ``openai`` client.
+
+    The id is ``openai-compatible:MODEL``, not the in-process model's id: whether the server's
+    vectors are comparable with another runtime's is for a test to show (tests/test_servers.py
+    measures nomic-embed-text over HTTP against the in-process GGUF), not for the name to claim.
+    ``timeout_s`` bounds each attempt; the client retries once, as for the LLM.
+    """
+
+    def __init__(self, model_id: str, url: str, model_name: str, *, prefixes: dict[str, str] | None = None,
+                 truncate_dim: int | None = None, batch_size: int = 32, timeout_s: float = 120.0,
+                 api_key_env: str = "OPENAI_API_KEY", max_retries: int = 1):
+        import openai  # optional: only for an OpenAI-compatible server
+
+        self._client = openai.OpenAI(base_url=url, api_key=os.environ.get(api_key_env) or "not-needed",
+                                     timeout=timeout_s, max_retries=max_retries)
+        self.model_name = model_name
+        self.prefixes = dict(prefixes or {})
+        self.batch_size = batch_size
+        self.url = url
+        self.timeout_s = timeout_s
+        self.id = model_id
+        full = self._call(["dimension probe"]).shape[1]
+        self.truncate_dim = truncate_dim if truncate_dim and truncate_dim < full else None
+        self.dim = self.truncate_dim or full
+        self.id = model_id + (f"@{self.truncate_dim}" if self.truncate_dim else "")
+
+    def _call(self, texts: list[str]) -> np.ndarray:
+        """One /embeddings request; a failure is a named ModelError (see remote.py)."""
+        try:
+            resp = self._client.embeddings.create(model=self.model_name, input=texts, encoding_format="float")
+        except Exception as exc:  # noqa: BLE001 - every client failure becomes a named ModelError
+            raise openai_error(exc, f"{self.id} (model {self.model_name!r})", self.url, self.timeout_s) from exc
+        return np.asarray(embedding_rows(resp, len(texts), self.id, self.url), dtype=np.float32)
+
+    def _embed_raw(self, texts: list[str]) -> np.ndarray:
+        parts = [self._call(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
+        return np.concatenate(parts)

@@ -7,6 +7,7 @@ import threading
 from typing import Sequence
 
 from .base import ChatMessage, Completion, ModelError, as_messages, free_llama_at_exit
+from .remote import chat_text, ollama_error, openai_error
 
 
 class LlamaCppLLM:
@@ -63,8 +64,10 @@ class OllamaLLM:
         self.max_tokens = max_tokens
         self.seed = seed
         self.url = url
+        self.timeout_s = timeout_s
 
     def chat(self, messages, *, max_tokens=None, temperature=None) -> Completion:
+        """One reply; a failure is a named ModelError (timeout / connection / response, see remote.py)."""
         try:
             resp = self._client.chat(
                 model=self.model_name, messages=as_messages(messages),
@@ -72,23 +75,29 @@ class OllamaLLM:
                          "num_predict": max_tokens or self.max_tokens, "seed": self.seed,
                          "num_ctx": self.context_size},
             )
-        except Exception as exc:  # noqa: BLE001
-            raise ModelError(f"{self.id}: Ollama at {self.url} failed: {exc}") from exc
-        return Completion(text=resp["message"]["content"], prompt_tokens=resp.get("prompt_eval_count"),
+            text = resp["message"]["content"]
+        except Exception as exc:  # noqa: BLE001 - every client failure becomes a named ModelError
+            raise ollama_error(exc, self.id, self.url, self.timeout_s) from exc
+        return Completion(text=text or "", prompt_tokens=resp.get("prompt_eval_count"),
                           completion_tokens=resp.get("eval_count"), model=self.id)
 
 
 class OpenAICompatibleLLM:
-    """Any server speaking the OpenAI chat API (vLLM, llama.cpp server, LM Studio, OpenAI...)."""
+    """Any server speaking the OpenAI chat API (vLLM, llama.cpp server, LM Studio, OpenAI...).
+
+    ``timeout_s`` bounds each attempt; the client retries once (connection errors, timeouts,
+    HTTP 408 / 409 / 429 / 5xx), so a call that keeps failing returns after about twice that.
+    """
 
     def __init__(self, model_id: str, url: str, model_name: str | None, *, api_key_env: str = "OPENAI_API_KEY",
                  context_size: int = 8192, temperature: float = 0.0, max_tokens: int = 128, seed: int = 0,
-                 timeout_s: float = 120.0):
+                 timeout_s: float = 120.0, max_retries: int = 1):
         import openai  # optional: only for an OpenAI-compatible server
 
         self._client = openai.OpenAI(base_url=url, api_key=os.environ.get(api_key_env) or "not-needed",
-                                     timeout=timeout_s, max_retries=1)
+                                     timeout=timeout_s, max_retries=max_retries)
         self.url = url
+        self.timeout_s = timeout_s
         self.model_name = model_name or self._first_model()
         self.id = model_id if model_name is None else f"openai-compatible:{self.model_name}"
         self.context_size = context_size
@@ -97,24 +106,24 @@ class OpenAICompatibleLLM:
         self.seed = seed
 
     def _first_model(self) -> str:
+        who = f"OpenAI-compatible server at {self.url}"
         try:
             models = self._client.models.list().data
-        except Exception as exc:  # noqa: BLE001
-            raise ModelError(f"OpenAI-compatible server at {self.url}: cannot list models: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - every client failure becomes a named ModelError
+            raise openai_error(exc, who + " (listing models)", self.url, self.timeout_s) from exc
         if not models:
-            raise ModelError(f"OpenAI-compatible server at {self.url} serves no model; set llm.model")
+            raise ModelError(f"{who} serves no model; set llm.model")
         return models[0].id
 
     def chat(self, messages, *, max_tokens=None, temperature=None) -> Completion:
+        """One reply; a failure is a named ModelError (timeout / connection / response, see remote.py)."""
         try:
             resp = self._client.chat.completions.create(
                 model=self.model_name, messages=as_messages(messages),
                 max_tokens=max_tokens or self.max_tokens,
                 temperature=self.temperature if temperature is None else temperature, seed=self.seed,
             )
-        except Exception as exc:  # noqa: BLE001
-            raise ModelError(f"{self.id}: server at {self.url} failed: {exc}") from exc
-        usage = resp.usage
-        return Completion(text=resp.choices[0].message.content or "",
-                          prompt_tokens=usage.prompt_tokens if usage else None,
-                          completion_tokens=usage.completion_tokens if usage else None, model=self.id)
+        except Exception as exc:  # noqa: BLE001 - every client failure becomes a named ModelError
+            raise openai_error(exc, self.id, self.url, self.timeout_s) from exc
+        text, prompt_tokens, completion_tokens = chat_text(resp, self.id, self.url)
+        return Completion(text=text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, model=self.id)

@@ -1,8 +1,9 @@
 """Models chosen by name in the config.
 
 Embedders: ``minilm`` (the embedded default), ``mpnet``, ``nomic-embed-text`` (in-process from
-its GGUF, or on Ollama when ``embedder.url`` is set), ``ollama:NAME``,
-``sentence-transformers:PATH``, ``gguf:PATH``.
+its GGUF, or on Ollama when ``embedder.url`` is set), ``ollama:NAME``, ``openai-compatible:URL``
+(or ``openai-compatible`` with ``embedder.url``; ``embedder.model`` names the model, and a
+nomic-embed-text model gets its task prefixes), ``sentence-transformers:PATH``, ``gguf:PATH``.
 LLMs: ``smollm2`` (the embedded default), ``ollama:NAME``, ``openai-compatible:URL`` (or
 ``openai-compatible`` with ``llm.url``), ``gguf:PATH``.
 Loaded models are memoised per process: a sweep loads each model once.
@@ -16,10 +17,12 @@ from pathlib import Path
 from ..cache import CachedEmbedder, EmbeddingCache
 from . import assets
 from .base import ModelError
-from .embedders import NOMIC_ID, NOMIC_PREFIXES, LlamaCppEmbedder, OllamaEmbedder, SentenceTransformerEmbedder
+from .embedders import (NOMIC_ID, NOMIC_PREFIXES, LlamaCppEmbedder, OllamaEmbedder, OpenAICompatibleEmbedder,
+                        SentenceTransformerEmbedder)
 from .llms import LlamaCppLLM, OllamaLLM, OpenAICompatibleLLM
 
-EMBEDDERS = ["minilm", "mpnet", "nomic-embed-text", "ollama:NAME", "sentence-transformers:PATH", "gguf:PATH"]
+EMBEDDERS = ["minilm", "mpnet", "nomic-embed-text", "ollama:NAME", "openai-compatible:URL",
+             "sentence-transformers:PATH", "gguf:PATH"]
 LLMS = ["smollm2", "ollama:NAME", "openai-compatible:URL", "gguf:PATH"]
 DEFAULT_OLLAMA_URL = "http://localhost:11434"
 
@@ -34,10 +37,11 @@ def _offline_env() -> None:
 
 def load_embedder(name: str, *, models_dir: str | os.PathLike = ".cache/adiyan/models", url: str | None = None,
                   batch_size: int = 32, truncate_dim: int | None = None, threads: int | None = None,
-                  progress: bool = True):
+                  progress: bool = True, model: str | None = None, timeout_s: float = 120.0,
+                  api_key_env: str = "OPENAI_API_KEY"):
     """The raw (uncached) embedder named ``name``; see the module docstring for names."""
     _offline_env()
-    key = ("emb", name, str(models_dir), url, batch_size, truncate_dim)
+    key = ("emb", name, str(models_dir), url, batch_size, truncate_dim, model, timeout_s, api_key_env)
     if key in _loaded:
         return _loaded[key]
     models_dir = Path(models_dir)
@@ -50,7 +54,7 @@ def load_embedder(name: str, *, models_dir: str | os.PathLike = ".cache/adiyan/m
     elif name == NOMIC_ID:
         if url:
             emb = OllamaEmbedder(NOMIC_ID, "nomic-embed-text", url, prefixes=NOMIC_PREFIXES,
-                                 truncate_dim=truncate_dim, batch_size=batch_size)
+                                 truncate_dim=truncate_dim, batch_size=batch_size, timeout_s=timeout_s)
         else:
             emb = LlamaCppEmbedder(NOMIC_ID, str(assets.nomic_gguf_path(models_dir, progress=progress)),
                                    prefixes=NOMIC_PREFIXES, truncate_dim=truncate_dim, threads=threads)
@@ -58,7 +62,16 @@ def load_embedder(name: str, *, models_dir: str | os.PathLike = ".cache/adiyan/m
         model = name.split(":", 1)[1]
         prefixes = NOMIC_PREFIXES if model.startswith("nomic-embed-text") else None
         emb = OllamaEmbedder(name, model, url or DEFAULT_OLLAMA_URL, prefixes=prefixes,
-                             truncate_dim=truncate_dim, batch_size=batch_size)
+                             truncate_dim=truncate_dim, batch_size=batch_size, timeout_s=timeout_s)
+    elif name == "openai-compatible" or name.startswith("openai-compatible:"):
+        server = name.split(":", 1)[1] if ":" in name else url
+        if not server or not model:
+            raise ModelError("an OpenAI-compatible embedder needs a URL and a model: "
+                             "embedder.name=openai-compatible:http://host:port/v1 and embedder.model=NAME")
+        prefixes = NOMIC_PREFIXES if NOMIC_ID in model.lower() else None
+        emb = OpenAICompatibleEmbedder(f"openai-compatible:{model}", server, model, prefixes=prefixes,
+                                       truncate_dim=truncate_dim, batch_size=batch_size, timeout_s=timeout_s,
+                                       api_key_env=api_key_env)
     elif name.startswith("sentence-transformers:"):
         path = name.split(":", 1)[1]
         if not Path(path).is_dir():
@@ -79,7 +92,7 @@ def load_llm(name: str, *, url: str | None = None, model: str | None = None, con
              temperature: float = 0.0, max_tokens: int = 128, seed: int = 0, timeout_s: float = 120.0,
              api_key_env: str = "OPENAI_API_KEY"):
     _offline_env()
-    key = ("llm", name, url, model, context_size, temperature, max_tokens, seed)
+    key = ("llm", name, url, model, context_size, temperature, max_tokens, seed, timeout_s, api_key_env)
     if key in _loaded:
         return _loaded[key]
     common = dict(temperature=temperature, max_tokens=max_tokens, seed=seed)
@@ -109,7 +122,8 @@ def embedder_from_settings(settings, *, cached: bool = True, progress: bool = Tr
     """The configured embedder, behind the on-disk embedding cache unless ``cached=False``."""
     ec = settings.embedder
     emb = load_embedder(ec.name, models_dir=settings.paths.models_dir, url=ec.url, batch_size=ec.batch_size,
-                        truncate_dim=ec.truncate_dim, threads=ec.threads, progress=progress)
+                        truncate_dim=ec.truncate_dim, threads=ec.threads, progress=progress, model=ec.model,
+                        timeout_s=ec.timeout_s, api_key_env=settings.llm.api_key_env)
     if not cached:
         return emb
     return CachedEmbedder(emb, EmbeddingCache(Path(settings.paths.cache_dir) / "embeddings.sqlite"))
