@@ -358,8 +358,10 @@ def effective_strategy(cfg, authored_markdown: bool = True) -> str:
     """The strategy ``chunk_text`` will actually apply: ``markdown`` falls back to
     ``recursive`` for Markdown that was not authored (converter output)."""
     strategy = cfg if isinstance(cfg, str) else cfg.strategy
+    if strategy == "auto":  # the design's default: headings first for authored Markdown, by size otherwise
+        return "markdown" if authored_markdown else "recursive"
     if strategy not in STRATEGIES:
-        raise ValueError(f"unknown chunking strategy {strategy!r}; choose one of: {', '.join(STRATEGIES)}")
+        raise ValueError(f"unknown chunking strategy {strategy!r}; choose one of: auto, {', '.join(STRATEGIES)}")
     if strategy == "markdown" and not authored_markdown:
         return "recursive"
     return strategy
@@ -374,7 +376,7 @@ def chunk_text(text: str, cfg, *, embedder=None, authored_markdown: bool = True)
     """
     strategy = effective_strategy(cfg, authored_markdown)
     note = ""
-    if strategy != cfg.strategy:
+    if strategy != cfg.strategy and cfg.strategy != "auto":
         note = FALLBACK_NOTE
         log.info("chunking: %s", note)
     size, overlap = cfg.size, cfg.overlap

@@ -16,12 +16,13 @@ import pytest
 from adiyan.agent import (
     DEFAULT_TIER, GENERAL_REASONING, KB_READ, ROUTES, TIERS, Agent, AgentResult, AuthorizationError, Finding,
     Requester, Scratchpad, Tier, build_tools, check_tiers, classify_request, compact, get_tier, parse_action,
-    route_request, tier_for,
+    route_request, tier_for, tier_table,
 )
 from adiyan.generation import NO_CONTEXT_ANSWER, approx_tokens
 from adiyan.factory import open_kb, open_retriever
 
 from adiyan.models.base import Completion, as_messages
+from adiyan.retrieval.pipeline import UnsupportedSetting
 from adiyan.store import open_store
 
 QUESTION = "How much does the Julian Alps Weekend cost per person?"
@@ -298,6 +299,31 @@ def test_default_tier_includes_the_general_fallback_and_tables_are_checked():
     with pytest.raises(AuthorizationError, match="general_reasoning"):
         route_request("Hello there", reader)
     assert route_request(QUESTION, reader) == "kb_question"
+
+
+def test_the_seed_tier_table_exists_only_for_the_replay_and_the_agent_refuses_it(kb):
+    """agent.default_tier_fallback=false rebuilds the seed's table (incident 5's before); the
+    agent refuses the setting by name rather than run a default tier with nowhere to go."""
+    seed = tier_table(default_tier_fallback=False)
+    assert GENERAL_REASONING not in seed[DEFAULT_TIER].capabilities
+    assert {n: t for n, t in seed.items() if n != DEFAULT_TIER} == {n: t for n, t in TIERS.items() if n != DEFAULT_TIER}
+    with pytest.raises(ValueError, match="lacks 'general_reasoning'"):
+        check_tiers(seed, DEFAULT_TIER)
+    assert tier_table() == TIERS
+    with pytest.raises(UnsupportedSetting, match="agent.default_tier_fallback=false is not honoured by the agent"):
+        Agent(ScriptedLLM(lambda n, _: ""), kb, settings=kb.settings.with_overrides({"agent.default_tier_fallback": False}))
+
+
+def test_an_empty_generation_is_labelled_an_extract_not_grounded_generation(kb, caplog):
+    llm = ScriptedLLM(lambda n, _: "(no idea)", answer="")  # search, finish; then the generation comes back empty
+    with caplog.at_level(logging.WARNING, logger="adiyan.agent"):
+        res = Agent(llm, kb, settings=kb.settings, tier="guest", requester_id="bob").run(QUESTION)
+    assert [s.tool for s in res.steps] == ["search_kb", "finish"] and len(llm.other_prompts) == 1
+    assert res.answer_source == "extract" and res.synthesis["kind"] == "extractive_fallback"
+    assert res.synthesis["empty_generation"] is True
+    best = res.scratchpad.best_findings()[0]
+    assert res.answer == best.text and best.source == "office/julian.md"  # the evidence, quoted as it is
+    assert any("came back empty" in r.getMessage() for r in caplog.records if r.name == "adiyan.agent")
 
 
 def test_no_evidence_is_said_not_silent(kb):

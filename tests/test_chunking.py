@@ -334,3 +334,18 @@ def test_real_data_coverage(name, strategy, minilm):
     assert covered / sum(src.values()) >= 0.99
     if strategy == "markdown":
         assert any(" > " in x.heading_path for x in chunks)
+
+
+def test_the_default_splits_authored_markdown_on_headings_and_converted_text_by_size():
+    """The design's two-stage default (strategy auto): the five sections of an authored Markdown
+    file become five chunks, each under its heading; the same text from a converter is split by
+    size only, and neither says it fell back (auto chose, nothing was overridden)."""
+    auto = ChunkingConfig()
+    assert auto.strategy == "auto"
+    authored = chunk_text(FIVE_SECTIONS_MD, auto, authored_markdown=True)
+    assert authored == chunk_text(FIVE_SECTIONS_MD, cfg(strategy="markdown"), authored_markdown=True)
+    assert len(authored) == 5 and all(c.strategy == "markdown" and c.note == "" for c in authored)
+    converted = chunk_text(FIVE_SECTIONS_MD, auto, authored_markdown=False)
+    assert [c.text for c in converted] == [c.text for c in chunk_text(FIVE_SECTIONS_MD, cfg(strategy="recursive"))]
+    assert all(c.strategy == "recursive" and c.note == "" for c in converted)
+    assert effective_strategy(auto, True) == "markdown" and effective_strategy(auto, False) == "recursive"

@@ -13,7 +13,8 @@ def test_seed_defaults_are_written_once_here():
     assert s.retrieval.kb_top_k == 4
     assert s.retrieval.doc_top_k == 5
     assert score_floor(s, "nomic-embed-text") == 0.55
-    assert (s.chunking.size, s.chunking.overlap, s.chunking.strategy) == (800, 100, "recursive")
+    # the design: headings first for authored Markdown, recursive for converted formats (issue 14)
+    assert (s.chunking.size, s.chunking.overlap, s.chunking.strategy) == (800, 100, "auto")
     assert s.memory.half_life_days == 14
     assert (s.memory.overfetch_factor, s.memory.overfetch_min) == (3, 10)
     assert s.agent.max_steps == 10
@@ -85,7 +86,7 @@ def test_calibrated_floors_are_used_unless_configured(tmp_path, monkeypatch):
     import adiyan.retrieval.floor as fl
 
     f = tmp_path / "floors.yaml"
-    f.write_text("mpnet: {floor: 0.21}\n")
+    f.write_text("mpnet: {floor: 0.21, youden_j: 0.5}\n")  # J >= retrieval.floor_min_j: applied
     monkeypatch.setattr(fl, "FLOORS_FILE", f)
     s = load_settings(environ={})
     assert score_floor(s, "mpnet") == 0.21  # measured

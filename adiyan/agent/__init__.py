@@ -27,6 +27,9 @@ The loop stops on ``finish`` or after ``settings.agent.max_steps`` steps; then t
 generated from the scratchpad's findings with grounded generation (``generation.answer_question``).
 Under strict grounding a knowledge answer needs evidence: a ``finish`` before any tool call is
 replaced by the default action, and a model's final answer whose figures (numbers, codes) do not
+appear in the findings is replaced by grounded generation from them. When that generation comes
+back empty, the best finding is quoted as the answer and labelled ``extractive_fallback``
+(``answer_source == "extract"``), never ``grounded_generation``.
 
 The package is split by responsibility: ``policy`` (capabilities, tiers, authorization),
 ``routing``, ``tools``, ``parsing`` (the model's action), ``scratchpad``, ``compaction``,
@@ -41,7 +44,7 @@ from .loop import DECISION_SYSTEM, GENERAL_SYSTEM, Agent
 from .parsing import ParsedAction, parse_action
 from .policy import (
     CAPABILITIES, DEFAULT_TIER, GENERAL_REASONING, KB_READ, KB_READ_FULL_TEXT, MEMORY_READ, TIERS, AuthorizationError,
-    Requester, Tier, authorize, check_tiers, get_tier, tier_for,
+    Requester, Tier, authorize, check_tiers, get_tier, tier_for, tier_table,
 )
 from .routing import ROUTES, Route, classify_request, route_request
 from .scratchpad import Finding, Scratchpad
@@ -51,7 +54,7 @@ from .trace import AgentResult, StepTrace
 __all__ = [
     # policy
     "CAPABILITIES", "DEFAULT_TIER", "GENERAL_REASONING", "KB_READ", "KB_READ_FULL_TEXT", "MEMORY_READ", "TIERS",
-    "AuthorizationError", "Requester", "Tier", "authorize", "check_tiers", "get_tier", "tier_for",
+    "AuthorizationError", "Requester", "Tier", "authorize", "check_tiers", "get_tier", "tier_for", "tier_table",
     # routing
     "ROUTES", "Route", "classify_request", "route_request",
     # tools

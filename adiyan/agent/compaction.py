@@ -31,14 +31,22 @@ def _content_words(text: str) -> set[str]:
 
 
 def split_sentences(text: str) -> list[str]:
-    """Sentences of a chunk; a markdown heading is prefixed to the sentences under it."""
+    """Sentences of a chunk; a heading is prefixed to the sentences under it.
+
+    A heading is a ``#`` line, or (structural chunks carry their heading without the ``#``) a
+    short line with no closing punctuation standing alone before a blank line."""
     out, heading = [], ""
-    for line in (text or "").splitlines():
+    lines = (text or "").splitlines()
+    for i, line in enumerate(lines):
         s = line.strip()
         if not s:
             continue
         if s.startswith("#"):
             heading = s.lstrip("#").strip()
+            continue
+        alone = i + 1 < len(lines) and not lines[i + 1].strip() and (i == 0 or not lines[i - 1].strip())
+        if alone and len(s.split()) <= 10 and not re.search(r"[.!?:;,]$", s):
+            heading = s
             continue
         s = re.sub(r"^([-*+]|\d+[.)])\s+", "", s)
         for sent in _SENT_SPLIT.split(s):

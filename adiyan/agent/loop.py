@@ -17,7 +17,7 @@ from typing import Callable, Mapping
 from ..generation import NO_CONTEXT_ANSWER, answer_question, approx_tokens
 from ..kb import DocumentNotFound
 from ..models.base import ChatMessage
-from ..retrieval.pipeline import Retriever
+from ..retrieval.pipeline import Retriever, UnsupportedSetting
 from ..types import RetrievedChunk
 from .compaction import _FIGURE, _content_words, _short, compact
 from .parsing import ParsedAction, parse_action
@@ -67,6 +67,10 @@ class Agent:
         passed for HyDE)."""
         if settings is None:
             raise ValueError("Agent needs the settings (generation, agent, llm and retrieval sections)")
+        if not settings.agent.default_tier_fallback:
+            raise UnsupportedSetting("agent.default_tier_fallback=false", "the agent",
+                                     "the default tier must keep the general fallback (check_tiers); the setting "
+                                     "exists only for the permission-gap incident replay's router")
         self.llm = llm
         self.kb = kb
         self.memory = memory
@@ -238,11 +242,15 @@ class Agent:
         if pad.findings:
             chunks = self._finding_chunks(pad)
             ans = answer_question(self.llm, question, chunks, self.settings)
-            text = ans.text.strip() or pad.best_findings()[0].text
-            return text, "scratchpad", {"kind": "grounded_generation", "latency_s": time.perf_counter() - t0,
-                                         "prompt_tokens": ans.prompt_tokens,
-                                         "completion_tokens": ans.completion_tokens, "used": ans.used,
-                                         "rejected_model_answer": model_answer or None}
+            meta = {"latency_s": time.perf_counter() - t0, "prompt_tokens": ans.prompt_tokens,
+                    "completion_tokens": ans.completion_tokens, "used": ans.used,
+                    "rejected_model_answer": model_answer or None}
+            if ans.text.strip():
+                return ans.text.strip(), "scratchpad", {"kind": "grounded_generation", **meta}
+            # the model wrote nothing: the best finding, quoted, answers, and the result says so
+            log.warning("agent: grounded generation came back empty; answering with the best finding verbatim")
+            return pad.best_findings()[0].text, "extract", {"kind": "extractive_fallback", "empty_generation": True,
+                                                            **meta}
         if route == "general" or not strict:
             authorize(self.requester, GENERAL_REASONING, route=route, tool="general_reasoning")
             out = self.llm.chat([ChatMessage("system", GENERAL_SYSTEM), ChatMessage("user", question)],

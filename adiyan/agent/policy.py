@@ -62,6 +62,16 @@ def check_tiers(tiers: Mapping[str, Tier], default: str) -> None:
 check_tiers(TIERS, DEFAULT_TIER)
 
 
+def tier_table(default_tier_fallback: bool = True) -> dict[str, Tier]:
+    """The tier table ``agent.default_tier_fallback`` describes: ``TIERS``, or (False, test-only)
+    the seed's table, whose default tier lacks the general fallback. That table fails
+    ``check_tiers`` and the agent refuses the setting; only the incident replay routes with it."""
+    if default_tier_fallback:
+        return dict(TIERS)
+    seed = TIERS[DEFAULT_TIER]
+    return {**TIERS, DEFAULT_TIER: Tier(seed.name, seed.capabilities - {GENERAL_REASONING}, seed.is_owner)}
+
+
 def get_tier(tier: "str | Tier", tiers: Mapping[str, Tier] = TIERS) -> Tier:
     if isinstance(tier, Tier):
         return tier

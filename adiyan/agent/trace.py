@@ -45,7 +45,9 @@ class AgentResult:
     scratchpad: Scratchpad
     stopped_reason: str  # "finished" | "max_steps"
     route: str = ""
-    answer_source: str = ""  # "model" | "scratchpad" | "general_reasoning" | "no_evidence"
+    # "model" | "scratchpad" (grounded generation) | "extract" (generation came back empty: the best
+    # finding verbatim) | "general_reasoning" | "no_evidence"
+    answer_source: str = ""
     synthesis: dict = field(default_factory=dict)
     requester_id: str | None = None
     tier: str = ""
