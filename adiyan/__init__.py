@@ -28,7 +28,7 @@ __version__ = "0.1.0"
 LAYERS = {
     "adiyan.config": 0, "adiyan.types": 0, "adiyan.eval.metrics": 0,
     "adiyan.cache": 1, "adiyan.store": 1, "adiyan.ingest": 1, "adiyan.chunking": 1, "adiyan.models": 1,
-    "adiyan.kb": 2,
+    "adiyan.kb": 2, "adiyan.kb_policy": 2, "adiyan.kb_batch": 2, "adiyan.kb_bm25": 2,
     "adiyan.retrieval": 3,
     "adiyan.memory": 4, "adiyan.generation": 4,
     "adiyan.factory": 5,

@@ -22,10 +22,9 @@ from jinja2 import Environment  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 from markupsafe import Markup  # noqa: E402
 
+from .eval import metrics as M  # noqa: E402
+
 COLORS = {"hit": "#1b9e77", "miss": "#d95f02", "n/a": "#9e9e9e"}
-# A metric whose "group/name" contains one of these, or ends in _s / _ms (durations), is better
-# when lower; every other metric is better when higher.
-LOWER_IS_BETTER = ("latency", "error", "fail", "incident", "hallucinat", "cost", "time")
 _RC = {"svg.hashsalt": "adiyan", "text.parse_math": False, "font.size": 9}  # parse_math: ids may hold "$"
 
 # ---------------------------------------------------------------- helpers
@@ -89,6 +88,22 @@ def _parse_time(s) -> datetime:
 
 def _short(h, n: int = 12) -> str:
     return str(h)[:n] if h else "—"
+
+
+def judged_unreliable(groups: dict, group: str, name: str) -> bool:
+    """A metric an LLM judged (the registry's ``judged`` flag) in a run whose judge was not
+    calibrated reliable (``ragas_llm.judge_reliable`` is not 1): shown struck with a badge,
+    never "best", never tested. An unregistered metric is not judged."""
+    try:
+        judged = M.is_judged(group, name)
+    except M.UnregisteredMetric:
+        return False
+    return judged and _num((groups.get("ragas_llm") or {}).get("judge_reliable")) != 1.0
+
+
+def _n_of(groups: dict, group: str, name: str):
+    """The sample size printed beside a judged mean (``{name}.n``), or None."""
+    return (groups.get(group) or {}).get(f"{name}.n")
 
 
 # ---------------------------------------------------------------- run plots
@@ -179,6 +194,8 @@ table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding
 th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .best{background:#c8f0c8;font-weight:bold}.miss{color:#b34700}.hit{color:#137a5a}
 .fail{border:1px solid #ddd;padding:.5em 1em;margin:.8em 0;border-radius:4px}
+.unreliable{color:#999;text-decoration:line-through}.badge{background:#fde2e1;color:#8a1c14;border-radius:3px;padding:0 4px;font-size:11px;white-space:nowrap}
+.warnings li{margin:.3em 0}.warnings b{color:#8a1c14}
 pre{white-space:pre-wrap;background:#f7f7f7;padding:.5em;margin:.3em 0}
 svg{max-width:100%;height:auto}code{font-size:.95em}
 """
@@ -194,12 +211,20 @@ RUN_TEMPLATE = """<!DOCTYPE html>
 <tr><th>files</th><td>{% if has_config %}<a href="config.yaml">config.yaml</a>{% else %}config.yaml (not written){% endif %} · <a href="metrics.json">metrics.json</a></td></tr>
 </table>
 
+{% if m.warnings %}<h2 id="warnings">Warnings ({{ m.warnings|length }})</h2>
+<ul class="warnings">{% for w in m.warnings %}<li id="warning-{{ w.name }}"><b>{{ w.name }}</b>: {{ w.message }}</li>
+{% endfor %}</ul>
+{% endif %}
 <h2>Metrics</h2>
 {% for group, vals in (m.metrics or {}).items() %}<h3>{{ group }}</h3>
 <table><tr><th>metric</th><th>value</th></tr>
-{% for k, v in vals.items() %}<tr><td>{{ k }}</td><td class="num">{{ fmt(v) }}</td></tr>
-{% endfor %}</table>
-{% endfor %}
+{% for k, v in vals.items() %}{% set n = n_of(m.metrics, group, k) %}{% if unreliable(m.metrics, group, k) %}<tr><td>{{ k }} <span class="badge">unreliable judge</span></td><td class="num"><span class="unreliable">{{ fmt(v) }}</span>{% if n is not none %} (n={{ n }}){% endif %}</td></tr>
+{% elif n is not none %}<tr><td>{{ k }}</td><td class="num">{{ fmt(v) }} (n={{ n }})</td></tr>
+{% else %}<tr><td>{{ k }}</td><td class="num">{{ fmt(v) }}</td></tr>
+{% endif %}{% endfor %}</table>
+{% endfor %}{% if m.floor %}<h3>score floor</h3>
+<p>{{ m.floor.reason }}{% if m.floor.calibration %}. Calibrated on <b>{{ m.floor.calibration.evalset }}</b> (hash <code>{{ m.floor.calibration.evalset_hash }}</code>, {{ m.floor.calibration.split or "all questions" }}, rule {{ m.floor.calibration.rule }}: J {{ fmt(m.floor.calibration.youden_j) }}, TPR {{ fmt(m.floor.calibration.tpr) }}, FPR {{ fmt(m.floor.calibration.fpr) }}, n {{ m.floor.calibration.n_relevant }} relevant / {{ m.floor.calibration.n_irrelevant }} irrelevant){% endif %}.{% if m.floor.effect and m.floor.effect.measured %} On this run's top {{ m.floor.effect.k }} without a floor, the floor {{ "removes" if m.floor.applied else "would remove (not applied)" }} {{ m.metrics.floor.relevant_below_floor }} of {{ m.metrics.floor.relevant_top_k }} relevant and {{ m.metrics.floor.irrelevant_below_floor }} of {{ m.metrics.floor.irrelevant_top_k }} irrelevant chunks.{% endif %}</p>
+{% endif %}
 <h2>Plots</h2>
 {% if plots %}{% for title, svg in plots %}<h3>{{ title }}</h3>
 {{ svg }}
@@ -233,8 +258,9 @@ RUN_TEMPLATE = """<!DOCTYPE html>
 INDEX_TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Evaluation runs</title><style>{{ css }}</style></head><body>
 <h1>Evaluation runs ({{ rows|length }})</h1>
-<table><tr><th>run</th><th>date</th><th>dataset</th><th>embedder</th><th>llm</th><th>config</th>{% for g, n in cols %}<th>{{ g }}<br>{{ n }}</th>{% endfor %}</tr>
-{% for r in rows %}<tr><td><a href="{{ r.href }}">{{ r.run_id }}</a></td><td>{{ r.created_at }}</td><td>{{ r.dataset }}</td><td>{{ r.embedder }}</td><td>{{ r.llm }}</td><td><code>{{ r.config }}</code></td>{% for c in r.cells %}<td class="num{% if c.best %} best{% endif %}">{{ c.text }}</td>{% endfor %}</tr>
+<p>Best per column by the metric registry's direction; an unreliable judge's metrics are struck, badged and never best; a judged mean shows its sample size.</p>
+<table><tr><th>run</th><th>date</th><th>dataset</th><th>embedder</th><th>llm</th><th>config</th><th>warnings</th>{% for g, n in cols %}<th>{{ g }}<br>{{ n }}</th>{% endfor %}</tr>
+{% for r in rows %}<tr><td><a href="{{ r.href }}">{{ r.run_id }}</a></td><td>{{ r.created_at }}</td><td>{{ r.dataset }}</td><td>{{ r.embedder }}</td><td>{{ r.llm }}</td><td><code>{{ r.config }}</code></td><td>{% for w in r.warnings %}<span class="badge" title="{{ w.message }}">{{ w.name }}</span> {% endfor %}</td>{% for c in r.cells %}{% if c.unreliable %}<td class="num"><span class="unreliable">{{ c.text }}</span> <span class="badge">unreliable judge</span></td>{% else %}<td class="num{% if c.best %} best{% endif %}">{{ c.text }}</td>{% endif %}{% endfor %}</tr>
 {% endfor %}</table>
 {% if trend %}<h2>Retrieval metrics across runs</h2>
 {{ trend }}
@@ -244,7 +270,8 @@ INDEX_TEMPLATE = """<!DOCTYPE html>
 """
 
 _env = Environment(autoescape=True, keep_trailing_newline=True)
-_env.globals.update(fmt=fmt, short=_short, status=_status, top=_top_score, css=Markup(CSS))
+_env.globals.update(fmt=fmt, short=_short, status=_status, top=_top_score, css=Markup(CSS),
+                    unreliable=judged_unreliable, n_of=_n_of)
 
 
 # ---------------------------------------------------------------- public API
@@ -296,9 +323,12 @@ def _load_run(path: Path) -> dict:
     return m
 
 
-def _lower_is_better(group: str, name: str) -> bool:
-    key = f"{group}/{name}".lower()
-    return key.endswith(("_s", "_ms")) or any(w in key for w in LOWER_IS_BETTER)
+def _direction(group: str, name: str) -> str:
+    """The registry's direction; an unregistered metric (an old run's) has none: no "best"."""
+    try:
+        return M.direction(group, name)
+    except M.UnregisteredMetric:
+        return M.NEUTRAL
 
 
 def write_index(reports_dir: Path) -> Path:
@@ -317,13 +347,16 @@ def write_index(reports_dir: Path) -> Path:
         runs.append(m)
     runs.sort(key=lambda m: (_parse_time(m.get("created_at")), str(m["run_id"])), reverse=True)
 
+    # a judged mean's sample size is shown in its cell, not as a column of its own
     cols = list(dict.fromkeys((g, n) for m in reversed(runs) for g, vals in m["metrics"].items()
-                              for n in vals))
+                              for n in vals if not (n.endswith(".n") and n[:-2] in vals)))
     best = {}
     for g, n in cols:
-        vals = [v for m in runs if (v := _num(m["metrics"].get(g, {}).get(n))) is not None]
-        if len(vals) >= 2:
-            best[(g, n)] = min(vals) if _lower_is_better(g, n) else max(vals)
+        d = _direction(g, n)
+        vals = [v for m in runs if (v := _num(m["metrics"].get(g, {}).get(n))) is not None
+                and not judged_unreliable(m["metrics"], g, n)]
+        if len(vals) >= 2 and d != M.NEUTRAL:
+            best[(g, n)] = max(vals) if d == M.HIGHER else min(vals)
 
     def model(m, role):
         x = (m.get("models") or {}).get(role)
@@ -334,13 +367,17 @@ def write_index(reports_dir: Path) -> Path:
         cells = []
         for g, n in cols:
             v = m["metrics"].get(g, {}).get(n)
-            cells.append({"text": "" if v is None else fmt(v),
-                          "best": (g, n) in best and _num(v) == best[(g, n)]})
+            size = _n_of(m["metrics"], g, n)
+            bad = v is not None and judged_unreliable(m["metrics"], g, n)
+            cells.append({"text": ("" if v is None else fmt(v)) + (f" (n={size})" if v is not None and size is not None
+                                                                  else ""),
+                          "unreliable": bad, "best": not bad and (g, n) in best and _num(v) == best[(g, n)]})
         rows.append({"run_id": m["run_id"], "href": f"{quote(m['_dir'])}/report.html",
                      "created_at": m.get("created_at") or "—",
                      "dataset": (m.get("dataset") or {}).get("name", "—"),
                      "embedder": model(m, "embedder"), "llm": model(m, "llm"),
-                     "config": _short(m.get("config_hash")), "cells": cells})
+                     "config": _short(m.get("config_hash")), "cells": cells,
+                     "warnings": [w for w in m.get("warnings") or [] if isinstance(w, dict) and "name" in w]})
     trend = _plot_trend(runs) if len(runs) >= 2 else None
     html = _env.from_string(INDEX_TEMPLATE).render(rows=rows, cols=cols, trend=trend, broken=broken)
     out = reports_dir / "index.html"

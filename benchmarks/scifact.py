@@ -129,7 +129,7 @@ def product_runs(settings, beir_dir, split: str = "test", *, modes=None, depth: 
     repository), the harness builds its index once (parse, chunk, embed through the cache, Qdrant
     dense + BM25 sparse vectors with corpus statistics), and each mode is a Retriever over it.
     """
-    from adiyan.eval.evalset import materialize_beir
+    from adiyan.eval.evalset import beir_ids, materialize_beir
     from adiyan.eval.harness import close_index, open_index, question_rows
     from adiyan.factory import open_retriever
 
@@ -142,7 +142,8 @@ def product_runs(settings, beir_dir, split: str = "test", *, modes=None, depth: 
         for mode in modes:
             s = base.with_overrides({"retrieval.mode": mode})
             qr = question_rows(index, open_retriever(s, index.kb), progress=progress, desc=f"product {mode}")
-            run = {qid: {doc_id_of(k): v for k, v in r.items()} for qid, r in qr.run.items()}
+            ids = beir_ids(index.evalset)  # source key -> passage id, from the manifest
+            run = {qid: {ids[k] if k in ids else doc_id_of(k): v for k, v in r.items()} for qid, r in qr.run.items()}
             out[mode] = {"run": run, "latency_ms": [1000 * r["retrieve_s"] for r in qr.rows],
                          "floor": open_retriever(s, index.kb).floor if mode == "dense" else None}
         build = {k: v for k, v in index.build.items() if k not in ("chunks_per_doc", "key")}

@@ -298,7 +298,12 @@ SETTINGS = {
     "retrieval.query_transform=hyde": ({}, {"retrieval.query_transform": "hyde"}, {}),
     "retrieval.score_floors": ({}, {"retrieval.score_floors.minilm": 0.45}, {}),
     "retrieval.default_floor": ({}, {"retrieval.default_floor": 0.45}, {}),
-    "retrieval.use_calibrated_floors": ({}, {"retrieval.use_calibrated_floors": True}, {}),
+    # floor_min_j -1: the calibrated floor applies whatever its J (minilm's, J 0.19 on XQuAD, would not)
+    "retrieval.use_calibrated_floors": ({}, {"retrieval.use_calibrated_floors": True, "retrieval.floor_min_j": -1.0},
+                                        {}),
+    # a calibrated floor applies only when its J reaches floor_min_j (1.0: never; -1.0: always)
+    "retrieval.floor_min_j": ({"retrieval.use_calibrated_floors": True, "retrieval.floor_min_j": 1.0},
+                              {"retrieval.use_calibrated_floors": True, "retrieval.floor_min_j": -1.0}, {}),
 }
 
 

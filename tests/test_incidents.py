@@ -1,35 +1,217 @@
-"""The five incidents replay with their principles holding, on minilm (default run) and on
-nomic-embed-text, the seed's own model (where the figures sit beside the seed's)."""
+"""The five incidents, replayed through production code over authored variants (evalsets/incidents/).
+
+For every incident: the replay holds on minilm with the counts checked by hand against the data
+files, and a second test breaks the production safeguard the after relies on (the access filter,
+structural chunking, recency, the parser's warnings, the router's refusal) and shows the
+principle no longer holds, so a "holds" can be false. Monkeypatches here only remove a
+safeguard; everything else is the real pipeline on the real model.
+"""
+
+from __future__ import annotations
 
 import pytest
 
-from adiyan.eval.incidents import format_table, replay_all
+import adiyan.kb
+import adiyan.memory
+from adiyan.agent import TIERS
+from adiyan.eval import incidents as I
+from adiyan.eval.incidents import IncidentResult, format_table, incident_metrics, replay_all, summary
+from adiyan.eval.incidents import permissions as incident5
+from adiyan.ingest.report import ExtractionReport
+
+# minilm's calibrated floor when the variants were measured (models/floors.yaml of 2026-12-02), set
+# explicitly: a recalibration must not move these tests, and a configured floor is always applied
+MINILM_FLOOR = {"retrieval.score_floors.minilm": 0.2865}
 
 
-def _replay(make_settings, embedder_name):
-    s = make_settings(**{"embedder.name": embedder_name, "retrieval.use_calibrated_floors": True})
-    results = replay_all(s, progress=False)
-    print(format_table(results))
-    assert [r.number for r in results] == [1, 2, 3, 4, 5]
-    return {r.number: r for r in results}
+@pytest.fixture
+def settings(make_settings):
+    return make_settings(**MINILM_FLOOR)
 
 
-def test_incidents_hold_on_minilm(make_settings):
-    r = _replay(make_settings, "minilm")
-    assert all(x.holds for x in r.values()), {n: x.measured for n, x in r.items() if not x.holds}
-    d1 = r[1].details
-    assert d1["before"] < d1["floor"] <= d1["after"]
-    assert r[2].details["leaked_before"] >= 1 and r[2].details["leaks_after_six_paths"] == 0
-    assert r[3].details["stale_similarity"] > r[3].details["correction_similarity"]
-    assert r[4].details["before_chars_per_slide"][3] == 0  # slide 4 is the image-only one
-    assert r[5].details["silent_after"] == 0
+# -- 5. permission gap (the real router) ---------------------------------------------------------
+
+
+def test_permission_gap_holds_with_the_real_router(settings):
+    r = I.permission_gap(settings, None)
+    assert r.holds is True and r.variants_text == "3/3 variants"
+    d = r.details
+    # permission_gap.yaml: 3 general messages; the seed's guest tier cannot run them
+    assert d["gap_before"] == 3 and d["silent_before"] == 0 and d["gap_after"] == 0
+    # 12 messages x 3 tiers; guest may not run document_request (3) nor memory_question (3)
+    assert (d["ran_after"], d["refused_after"], d["silent_after"]) == (30, 6, 0)
+    assert d["not_as_specified"] == []
+
+
+def test_permission_gap_fails_when_a_refusal_is_swallowed(settings, monkeypatch):
+    monkeypatch.setattr("adiyan.agent.routing.authorize", lambda *a, **k: None)  # the safeguard, removed
+    r = I.permission_gap(settings, None)
+    assert r.holds is False
+    assert r.violated == 6  # guest ran the 6 document and memory requests it may not run
+    assert r.not_reproduced == 3  # and with nothing refused, the before shows no gap either
+
+
+def test_permission_gap_before_fails_if_the_setting_is_ignored(settings, monkeypatch):
+    monkeypatch.setattr(incident5, "tier_table", lambda default_tier_fallback=True: dict(TIERS))
+    r = I.permission_gap(settings, None)
+    assert r.holds is False and r.variants_text == "0/3 variants, 3 not reproduced"
+
+
+# -- 2. unscoped search (the KB search with the access filter off) --------------------------------
+
+
+def test_unscoped_search_holds(settings, minilm):
+    r = I.unscoped_search(settings, minilm)
+    assert r.holds is True and r.variants_text == "3/3 variants"
+    d = r.details
+    # with the filter off only the two search paths without a per-document check leak: 3 probes each
+    assert d["before_leaking_paths"] == ["retrieve_knowledge_base", "find_source_document"]
+    assert d["leaks_before"] == 6 and d["leaks_after"] == 0 and d["owners_retrieve"] == 3
+    assert d["migration_ok"] and d["legacy_visible_to_owner_before_migration"] == 0
+
+
+def test_unscoped_search_fails_without_the_access_filter(settings, minilm, monkeypatch):
+    monkeypatch.setattr(adiyan.kb, "access_filter", lambda *a, **k: None)  # the engine query's filter, removed
+    r = I.unscoped_search(settings, minilm)
+    assert r.holds is False and r.violated == 4  # the 3 probes, and the migrated legacy chunk shows to others
+    assert r.details["leaks_after"] >= 6 and r.details["legacy_visible_to_other"] == 1
+
+
+def test_unscoped_search_before_fails_if_the_setting_is_ignored(settings, minilm, monkeypatch):
+    search = adiyan.kb.KnowledgeBase.search
+
+    def scoped_always(self, *a, unscoped=False, **k):
+        return search(self, *a, unscoped=False, **k)
+
+    monkeypatch.setattr(adiyan.kb.KnowledgeBase, "search", scoped_always)
+    r = I.unscoped_search(settings, minilm)
+    assert r.holds is False and r.details["leaks_before"] == 0 and r.not_reproduced == 3
+
+
+# -- 4. image-only slide (the parser with OCR off) ------------------------------------------------
+
+
+def test_image_only_slides_hold(settings):
+    r = I.image_only_slide(settings, None)
+    assert r.holds is True and r.variants_text == "5/5 variants"
+    slides = {(s["deck"].rsplit("/", 1)[-1], s["slide"]): s for s in r.details["slides"]}
+    assert all(s["before"]["chars"] == 0 and s["before"]["warnings"] == ["empty_slide"] for s in slides.values())
+    assert slides[("sales_deck.pptx", 4)]["after"]["tier"] == "ocr:rapidocr"
+    assert "SNOW-24" in slides[("sales_deck.pptx", 4)]["after"]["text"]
+    assert slides[("image_only_slides.pptx", 5)]["after"]["warnings"] == ["empty_slide"]  # no text to find
+
+
+def test_image_only_slides_fail_when_empty_slides_go_unnamed(settings, monkeypatch):
+    monkeypatch.setattr(ExtractionReport, "warn", lambda self, code, unit, message: None)  # warnings, removed
+    r = I.image_only_slide(settings, None)
+    assert r.holds is False and r.violated == 5 and r.details["silent_before"] == 5
+
+
+# -- 1. chunk dilution (the knowledge base, heading-blind vs structural) ---------------------------
 
 
 @pytest.mark.slow
-def test_incidents_hold_on_nomic_beside_the_seeds_figures(make_settings):
-    r = _replay(make_settings, "nomic-embed-text")
-    assert all(x.holds for x in r.values())
-    # the seed measured 0.496 → 0.665 around its 0.55 floor; ours sits on the same sides of it
-    assert r[1].details["floor"] == 0.55
-    assert abs(r[3].details["cos_teal_not_teal"] - 0.91) < 0.05
-    assert abs(r[3].details["cos_teal_bicycle"] - 0.36) < 0.05
+def test_chunk_dilution_holds_inside_minilms_window(settings, minilm):
+    r = I.chunk_dilution(settings, minilm)
+    assert r.holds is True and r.variants_text == "6/6 variants, 1 n/a"
+    d = r.details
+    assert d["input_window"] == 256 and d["floor"] == 0.2865
+    rows = {v["id"]: v for v in d["variants"]}
+    assert rows["seed_notes"]["status"] == "n/a" and rows["seed_notes"]["before_tokens"] > 256  # the seed's file
+    for v in rows.values():
+        if v["status"] != "n/a":
+            assert max(v["before_tokens"], v["after_tokens"], v["question_tokens"]) <= 256
+            assert v["before_chunks"] == 1 and v["after_chunks"] == 5  # five sections, five chunks
+            assert v["before_score"] < 0.2865 <= v["after_score"]
+
+
+@pytest.mark.slow
+def test_chunk_dilution_fails_without_structural_chunking(settings, minilm, monkeypatch):
+    chunk_text = adiyan.kb.chunk_text
+
+    def heading_blind(text, cfg, **kw):  # structural chunking, removed: one chunk per file
+        if cfg.strategy == "markdown":
+            cfg = cfg.model_copy(update={"strategy": "fixed", "size": len(text) + 1, "overlap": 0})
+        return chunk_text(text, cfg, **kw)
+
+    monkeypatch.setattr(adiyan.kb, "chunk_text", heading_blind)
+    r = I.chunk_dilution(settings, minilm)
+    assert r.holds is False and r.violated == 6
+
+
+# -- 3. stale fact (the real memory, with and without recency) -------------------------------------
+
+
+@pytest.mark.slow
+def test_stale_fact_holds(settings, minilm):
+    r = I.stale_fact(settings, minilm)
+    assert r.holds is True and r.variants_text == "7/7 variants"
+    rows = {v["id"]: v for v in r.details["variants"]}
+    assert rows["colour"]["stale_similarity"] > rows["colour"]["correction_similarity"]
+    assert r.details["negation_closer"] == 7
+
+
+@pytest.mark.slow
+def test_stale_fact_fails_without_recency_reranking(settings, minilm, monkeypatch):
+    def similarity_only(candidates, *, now, half_life_days, k, timestamp, score):  # recency, removed
+        return [(c, score(c), 1.0, 0.0) for c in candidates[:k]]
+
+    monkeypatch.setattr(adiyan.memory, "rerank_by_recency", similarity_only)
+    r = I.stale_fact(settings, minilm)
+    assert r.holds is False and r.violated == 7
+
+
+# -- the verdict, the table and the metrics -------------------------------------------------------
+
+
+def _result(number, holds, **counts):
+    return IncidentResult(number, I.NAMES[number], "", "", "m", holds, "", **counts)
+
+
+def test_verdict_table_and_metrics():
+    results = [_result(1, True, variants_held=6, variants=6, variants_na=1),
+               _result(2, False, variants_held=2, variants=3, violated=1),
+               _result(3, None, variants_na=7),
+               _result(4, True, variants_held=3, variants=7, not_reproduced=4)]
+    assert [r.variants_text for r in results] == ["6/6 variants, 1 n/a", "2/3 variants, 1 violated", "n/a (7 variants)",
+                                                  "3/7 variants, 4 not reproduced"]
+    line, status = summary(results)
+    assert status == 1 and "2/4 principles hold, 1 FAIL (unscoped search), 1 n/a (stale fact)" in line
+    assert "1 6/6 variants" in line
+    m = incident_metrics(results)
+    assert m["principles_holding_share"] == pytest.approx(2 / 3)  # n/a is left out, not counted as held
+    assert m["1_chunk_dilution_variants_held"] == 1.0 and m["4_image-only_slide_variants_held"] == pytest.approx(3 / 7)
+    assert "3_stale_fact_holds" not in m and "3_stale_fact_variants_held" not in m
+    assert "6/6 variants" in format_table(results) and "FAILS" in format_table(results)
+    assert summary(results[:1])[1] == 0 and summary([results[0], results[2]])[1] == 0  # n/a does not fail
+
+
+# -- whole replays ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_replay_on_minilm_holds_everywhere(settings):
+    results = replay_all(settings, progress=False)
+    print(format_table(results))
+    assert [r.number for r in results] == [1, 2, 3, 4, 5]
+    assert all(r.holds for r in results), summary(results)[0]
+
+
+@pytest.mark.slow
+def test_replay_on_nomic_beside_the_seeds_figures(make_settings):
+    """nomic-embed-text, the seed's model (it ran it through Ollama; here in-process)."""
+    results = {r.number: r for r in replay_all(make_settings(**{"embedder.name": "nomic-embed-text"}), progress=False)}
+    print(format_table(list(results.values())))
+    d1 = results[1].details
+    assert d1["floor"] == 0.55 and d1["input_window"] == 2048
+    rows = {v["id"]: v for v in d1["variants"]}
+    # the seed's own ~500-token file falls under 0.55 (seed: 0.496) and structural chunks lift it
+    assert rows["seed_notes"]["status"] == "held" and rows["seed_notes"]["before_score"] < 0.55
+    # structural chunking keeps every fact above the floor; the ~220-token files dilute less than
+    # the seed's: only some fall under 0.55 before (3/7 when measured), the rest are not reproduced
+    assert results[1].violated == 0 and results[1].variants_held >= 1 and results[1].holds
+    assert all(v["after_score"] > v["before_score"] for v in rows.values())
+    teal = next(v for v in results[3].details["variants"] if v["id"] == "colour")
+    assert teal["cos_negation"] == pytest.approx(0.91, abs=0.05)  # this project's measurement, not the seed's 0.86
+    assert teal["cos_unrelated"] == pytest.approx(0.36, abs=0.05)  # "bicycle"; the seed's unrelated word: 0.39
+    assert all(r.holds for r in results.values()), summary(list(results.values()))[0]

@@ -1,5 +1,6 @@
 """The judge wrapper: invalid output, timeouts and errors are counted and listed, never scored;
-results are cached by prompt hash (failures with their status); calibration on labelled pairs."""
+successes are cached by prompt hash, failures are asked again on the next run; calibration on
+labelled pairs (more in test_judge_calibration.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import time
 import pytest
 
 from adiyan.cache import CallCache
-from adiyan.eval.evalset import load_evalset
 from adiyan.eval.judge import (
     RETRY_SUFFIX,
     CalibrationPair,
@@ -19,14 +19,10 @@ from adiyan.eval.judge import (
     SupportVerdict,
     calibrate,
     calibration_prompt,
-    evalset_calibration_pairs,
     judged_metric_flags,
-    make_calibration_pairs,
     parse_reply,
 )
 from adiyan.models.base import Completion, ModelError
-
-from tests.conftest import ROOT
 
 
 class ScriptedLLM:
@@ -62,7 +58,7 @@ def new_judge(llm, tmp_path, **kw):
     return Judge(llm, CallCache(tmp_path / "calls.sqlite", "judge"), **kw)
 
 
-def test_invalid_json_and_timeout_are_counted_reported_and_cached(tmp_path):
+def test_invalid_json_and_timeout_are_counted_reported_and_not_cached(tmp_path):
     llm = ScriptedLLM([
         "Sure, the answer is supported!",                 # no JSON at all
         ("sleep", 3.0, '{"supported": true}'),            # replies after the deadline
@@ -89,18 +85,52 @@ def test_invalid_json_and_timeout_are_counted_reported_and_cached(tmp_path):
     assert "abandoned" in judge.failures[1].raw
     assert all(isinstance(f, JudgeFailure) for f in judge.failures)
 
-    # a second run on the same cache: no LLM call at all, the same outcomes, failures included
-    llm2 = ScriptedLLM([])
+    # the next run on the same cache: the two failures are asked again (and now answered), the
+    # success comes from disk without a call
+    llm2 = ScriptedLLM(['{"supported": true}', '{"supported": false}'])
     judge2 = new_judge(llm2, tmp_path)
     again = [judge2.ask(p, SupportVerdict, metric="faithfulness", sample_id=q)
              for p, q in [("prompt one", "q01"), ("prompt two", "q02"), ("prompt three", "q03")]]
-    assert llm2.calls == 0
-    assert [r.status for r in again] == ["invalid_json", "timeout", "ok"]
-    assert all(r.cached for r in again)
-    assert again[0].value is None and again[1].value is None and again[2].value.supported is False
-    s2 = judge2.stats
-    assert (s2.calls, s2.cached, s2.ok, s2.invalid_json, s2.timeout, s2.llm_calls) == (3, 3, 1, 1, 1, 0)
-    assert [f.status for f in judge2.failures] == ["invalid_json", "timeout"]
+    assert llm2.calls == 2 and llm2.prompts == ["prompt one", "prompt two"]
+    assert [r.status for r in again] == ["ok", "ok", "ok"] and [r.cached for r in again] == [False, False, True]
+    assert [r.value.supported for r in again] == [True, False, False]
+    assert judge2.failures == []
+
+
+class FailsOnceLLM(ScriptedLLM):
+    """Test double for control flow only: the first call fails the way ``failure`` says
+    (``timeout``: answers after the deadline; ``invalid_json``: prose; ``error``: raises),
+    every later call answers ``{"supported": true}``."""
+
+    def __init__(self, failure: str):
+        first = {"timeout": ("sleep", 1.5, '{"supported": true}'), "invalid_json": "I think it is supported.",
+                 "error": ("raise", ModelError("server at http://judge failed: 503"))}[failure]
+        super().__init__([first] + ['{"supported": true}'] * 5)
+
+
+@pytest.mark.parametrize("failure", ["timeout", "invalid_json", "error"])
+def test_a_failed_judge_call_is_retried_on_the_next_run_not_replayed(tmp_path, failure):
+    llm = FailsOnceLLM(failure)
+    first = new_judge(llm, tmp_path, timeout_s=0.5, settle_s=0)
+    assert first.ask("p", SupportVerdict, metric="faithfulness", sample_id="q1").status == failure
+    assert first.stats.failed == 1 and first.failures[0].status == failure
+    # the next run (a new judge on the same cache, the same model): asked again, answered
+    second = new_judge(llm, tmp_path, timeout_s=5.0)
+    res = second.ask("p", SupportVerdict, metric="faithfulness", sample_id="q1")
+    assert (res.status, res.cached, res.value.supported) == ("ok", False, True)
+    assert llm.calls == 2 and second.failures == []
+    # and the run after that replays the success from disk without calling the model
+    third = new_judge(llm, tmp_path)
+    assert third.ask("p", SupportVerdict).cached is True and llm.calls == 2
+
+
+def test_a_failure_cached_by_an_older_version_is_asked_again(tmp_path):
+    judge = new_judge(ScriptedLLM(['{"supported": false}']), tmp_path)
+    key = judge.cache_key("p", SupportVerdict)
+    judge.cache.put(key, {"status": "timeout", "raw": "", "error": "no reply within 60s", "value": None})
+    res = judge.ask("p", SupportVerdict)
+    assert (res.status, res.cached, res.value.supported) == ("ok", False, False)
+    assert judge.cache.get(key)["status"] == "ok"  # the success replaced the old failure
 
 
 class LockedScriptedLLM(ScriptedLLM):
@@ -125,19 +155,6 @@ def test_a_timed_out_call_on_a_locked_model_does_not_cascade(tmp_path, settle_s,
     # the next call; without it, the next call's deadline is eaten by the wait for the lock
     assert judge.ask("next", SupportVerdict).status == second
     assert judge.stats.abandoned == (1 if second == "ok" else 2)
-
-
-def test_cached_failures_are_retried_only_when_configured(tmp_path):
-    judge = new_judge(ScriptedLLM(["not json"]), tmp_path)
-    assert judge.ask("p", SupportVerdict).status == "invalid_json"
-    replay = new_judge(ScriptedLLM([]), tmp_path)  # default: replay the cached failure
-    assert replay.ask("p", SupportVerdict).status == "invalid_json"
-    llm = ScriptedLLM(['{"supported": true}'])
-    retry = new_judge(llm, tmp_path, retry_cached_failures={"invalid_json", "timeout"})
-    res = retry.ask("p", SupportVerdict)
-    assert (res.status, res.cached, llm.calls) == ("ok", False, 1)
-    after = new_judge(ScriptedLLM([]), tmp_path)  # the success replaced the failure on disk
-    assert after.ask("p", SupportVerdict).value.supported is True
 
 
 def test_retry_rescues_an_invalid_reply_and_the_failed_attempt_is_kept(tmp_path):
@@ -190,11 +207,11 @@ def test_cache_key_includes_model_and_schema(tmp_path):
 HAND_PAIRS = [
     CalibrationPair("p1:correct", "How much is the tour?", "The tour costs 450 euros.", "It costs 450 euros.",
                     "correct"),
-    CalibrationPair("p1:corrupted", "How much is the tour?", "The tour costs 450 euros.", "It costs 900 euros.",
-                    "corrupted", "number: 450 -> 900"),
+    CalibrationPair("p1:corrupted_fact", "How much is the tour?", "The tour costs 450 euros.", "It costs 900 euros.",
+                    "corrupted_fact", "number: 450 -> 900"),
     CalibrationPair("p2:correct", "Who guides it?", "Anna guides the tour.", "Anna guides it.", "correct"),
-    CalibrationPair("p2:corrupted", "Who guides it?", "Anna guides the tour.", "Anna does not guide it.",
-                    "corrupted", "negation: 'guides'"),
+    CalibrationPair("p2:corrupted_fact", "Who guides it?", "Anna guides the tour.", "Anna does not guide it.",
+                    "corrupted_fact", "negation: 'guides'"),
 ]
 
 
@@ -224,12 +241,15 @@ def test_calibration_three_of_four_is_unreliable_at_0_8(tmp_path):
     cal = calibrate(new_judge(llm, tmp_path), HAND_PAIRS)
     assert cal.agreement == 0.75 and cal.n == 4 and cal.n_failed == 0
     assert cal.per_label["correct"] == {"n": 2, "agree": 2, "disagree": 0, "failed": 0}
-    assert cal.per_label["corrupted"] == {"n": 2, "agree": 1, "disagree": 1, "failed": 0}
+    assert cal.per_label["corrupted_fact"] == {"n": 2, "agree": 1, "disagree": 1, "failed": 0}
     assert cal.per_corruption["negation"]["disagree"] == 1
+    # 3 of 4: Wilson 95% interval 0.301-0.954, so not even a 0.7 line is cleared
+    assert cal.ci95 == (pytest.approx(0.300642, abs=1e-6), pytest.approx(0.954413, abs=1e-6))
     assert cal.reliable_threshold == 0.8 and cal.reliable is False
     flags = judged_metric_flags(cal, ["faithfulness"])["faithfulness"]
     assert flags["judge_agreement"] == 0.75 and flags["reliable"] is False and "UNRELIABLE" in flags["note"]
-    lenient = calibrate(new_judge(ScriptedLLM([]), tmp_path), HAND_PAIRS, reliable_threshold=0.7)
+    assert calibrate(new_judge(ScriptedLLM([]), tmp_path), HAND_PAIRS, reliable_threshold=0.7).reliable is False
+    lenient = calibrate(new_judge(ScriptedLLM([]), tmp_path), HAND_PAIRS, reliable_threshold=0.3)
     assert lenient.agreement == 0.75 and lenient.reliable is True  # all four from the cache
 
 
@@ -238,7 +258,7 @@ def test_calibration_counts_a_failed_judgement_as_disagreement(tmp_path):
                           "Anna guides it.": '{"supported": true}', "Anna does not guide it.": '{"supported": false}'})
     cal = calibrate(new_judge(llm, tmp_path), HAND_PAIRS)
     assert cal.agreement == 0.75 and cal.agreement_valid == 1.0 and cal.n_failed == 1
-    assert cal.failures == [JudgeFailure("calibration", "p1:corrupted", "invalid_json", "no idea")]
+    assert cal.failures == [JudgeFailure("calibration", "p1:corrupted_fact", "invalid_json", "no idea")]
     assert [v["supported"] for v in cal.verdicts] == [True, None, True, False]
     d = cal.as_dict()
     assert json.loads(json.dumps(d))["n_failed"] == 1
@@ -248,40 +268,6 @@ def test_calibration_prompt_asks_for_supported_json():
     p = calibration_prompt(HAND_PAIRS[0])
     assert "The tour costs 450 euros." in p and "Answer: It costs 450 euros.\n" in p
     assert '{"supported": true}' in p and '{"supported": false}' in p
-
-
-def test_calibration_pairs_from_the_evalset():
-    es = load_evalset(ROOT / "evalsets" / "adiyan_basic")
-    pairs = evalset_calibration_pairs(es, seed=0)
-    answerable = [q for q in es.questions if q.gold_sources]
-    assert len(pairs) == 2 * len(answerable)  # every answerable question got a corruption
-    assert pairs == evalset_calibration_pairs(es, seed=0)  # deterministic for a seed
-    assert [p.answer for p in pairs] != [p.answer for p in evalset_calibration_pairs(es, seed=1)]
-    gold = {q.id: q for q in es.questions}
-    for correct, corrupted in zip(pairs[::2], pairs[1::2]):
-        qid = correct.id.split(":")[0]
-        assert (correct.label, corrupted.label) == ("correct", "corrupted")
-        assert correct.answer == gold[qid].gold_answer and corrupted.answer != correct.answer
-        assert correct.context == corrupted.context and corrupted.corruption
-        kind, change = corrupted.corruption.split(": ", 1)
-        assert kind in {"number", "name", "negation"}
-        if kind in {"number", "name"}:
-            new = change.split(" -> ")[1]
-            assert new in corrupted.answer and new not in correct.context
-        assert len(correct.context) <= 1300
-    # the gold answer's key facts are in its context: the correct answer is supported
-    for p in pairs[::2]:
-        for kw in gold[p.id.split(":")[0]].answer_keywords:
-            assert kw in p.context, (p.id, kw)
-
-
-def test_make_calibration_pairs_on_dicts_and_parallel_contexts():
-    qs = [{"id": "a", "question": "Price?", "gold_answer": "The Julian Alps Weekend costs 450 euros."},
-          {"id": "b", "question": "Founded?", "gold_answer": "The documents do not say.", "gold_sources": []}]
-    pairs = make_calibration_pairs(qs, ["The Julian Alps Weekend costs 450 euros.", "anything"], seed=3)
-    assert [p.id for p in pairs] == ["a:correct", "a:corrupted"]  # unanswerable b is skipped
-    with pytest.raises(ValueError):
-        make_calibration_pairs(qs, ["only one"], seed=0)
 
 
 def test_judge_from_settings(make_settings, tmp_path):

@@ -127,6 +127,13 @@ def test_rerank_top_n_with_mpnet(scifact, hybrid_run, settings):
     base = evaluate_run(scifact.qrels, hybrid_run, METRICS)
     assert got["recall@100"] == pytest.approx(base["recall@100"])  # re-ranking only permutes the top N
     assert stats["pairs"] == top_n * 300
-    # all-mpnet-base-v2 alone scores 0.656 over the whole corpus; on the hybrid's top N it must do at least that
-    assert got["ndcg@10"] >= 0.656 - 0.01
     assert np.isfinite(list(out["1"].values())).all()
+    # Against the hybrid it re-ranks (0.716): all-mpnet-base-v2 is the weaker ranker (0.656 alone), so
+    # re-ranking by it costs nDCG@10, by an amount measured on this copy (issue 4's note: top 5 0.699,
+    # top 20 0.6746). The loss is pinned: losing 0.07 (the old floor of 0.646 allowed it) fails.
+    measured_delta = {5: 0.699 - 0.7162, 20: 0.6746 - 0.7162}
+    if top_n not in measured_delta:
+        pytest.fail(f"no measured re-rank delta for top {top_n}; measured: {sorted(measured_delta)}")
+    delta = got["ndcg@10"] - base["ndcg@10"]
+    assert delta == pytest.approx(measured_delta[top_n], abs=0.01), (got, base)
+    assert base["ndcg@10"] == pytest.approx(0.7162, abs=0.002)  # the baseline is the benchmark's hybrid

@@ -165,6 +165,8 @@ def test_hybrid_is_rrf_of_both_sides_under_the_filter(store):
     sparse = [h.payload["i"] for h in store.sparse_search("h", q_sparse, 10, flt=flt)]
     fused = store.hybrid_search("h", q_dense, q_sparse, 5, flt=flt, prefetch=10, rrf_k=60, exact=True)
     assert 27 not in [h.payload["i"] for h in fused]  # the filter holds on the sparse side too
+    # each side exactly: only 13 (global) and 27 (private) hold the term; doc 5's own vector is the query
+    assert sparse == [13] and dense[0] == 5
     expected = {}
     for run in (dense, sparse):
         for rank, i in enumerate(run, 1):
@@ -175,4 +177,5 @@ def test_hybrid_is_rrf_of_both_sides_under_the_filter(store):
     # scores are the paper's RRF (ranks from 1): doc 5 is first on the dense side only
     for i, score in got.items():
         assert score == pytest.approx(expected[i], rel=1e-6), i
-    assert got[5] == pytest.approx(1 / 61, rel=1e-6) or 5 in sparse
+    assert got[5] == pytest.approx(1 / 61, rel=1e-6)  # dense rank 1, absent from the sparse side
+    assert 13 not in dense and got[13] == pytest.approx(1 / 61, rel=1e-6)  # sparse rank 1 only

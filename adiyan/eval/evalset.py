@@ -34,6 +34,7 @@ class EvalDocument:
     filename: str
     owner: str
     visibility: str
+    beir_id: str | None = None  # the passage id of a materialised BEIR corpus (its file name is encoded)
 
     @property
     def source_key(self) -> str:
@@ -81,6 +82,35 @@ class Evalset:
         return pd.DataFrame([{**q.__dict__, "extra": q.extra} for q in self.questions])
 
 
+# Bumped when the passage id -> file name mapping changes, so a cached materialisation is redone.
+BEIR_NAMING = b"beir-names-v2: percent-encoded, beir_id kept"
+_SAFE_ID = re.compile(r"[A-Za-z0-9_-]")
+MAX_ID_NAME = 200  # bytes of an encoded id before it is shortened (a file name may have 255)
+
+
+def beir_file_name(doc_id: str) -> str:
+    """A safe, injective file name for a BEIR passage id: ``<encoded id>.md``.
+
+    Every character outside ``[A-Za-z0-9_-]`` becomes ``%XX`` per UTF-8 byte (``%`` and ``.``
+    included), so distinct ids give distinct names, no name has a '/', a backslash, a NUL or a
+    '.' before its extension, and ids that are already plain (SciFact's numbers, ClapNQ's hex)
+    keep their names. An id whose encoding is longer than 200 bytes (or empty) is shortened to
+    a prefix, ``~`` (which no encoding contains) and 16 hex digits of its sha256. The original id
+    is kept in the manifest (``beir_id``) and used to map results back.
+    """
+    enc = "".join(ch if _SAFE_ID.fullmatch(ch) else "".join(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
+                  for ch in doc_id)
+    if not enc or len(enc) > MAX_ID_NAME:
+        enc = enc[:120] + "~" + hashlib.sha256(doc_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return enc + ".md"
+
+
+def beir_ids(es: "Evalset") -> dict[str, str]:
+    """{source key: BEIR passage id} of a materialised BEIR evalset (documents without one map to
+    their file name without ``.md``)."""
+    return {d.source_key: d.beir_id if d.beir_id is not None else d.filename.removesuffix(".md") for d in es.documents}
+
+
 def beir_cache_root() -> Path:
     """Where BEIR folders are turned into evalsets (``$ADIYAN_EVALSET_CACHE`` or ``~/.cache/adiyan/evalsets``)."""
     return Path(os.environ.get("ADIYAN_EVALSET_CACHE") or Path.home() / ".cache" / "adiyan" / "evalsets")
@@ -89,7 +119,8 @@ def beir_cache_root() -> Path:
 def materialize_beir(beir_dir: str | Path, out_root: str | Path | None = None, *, split: str = "test") -> Path:
     """A BEIR folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``) as an evalset folder.
 
-    Every passage becomes ``docs/<id>.md`` (``# title`` and the text), global, owned by
+    Every passage becomes ``docs/<name>.md`` (:func:`beir_file_name`: safe and injective; the id
+    itself is the document's ``beir_id`` in the manifest) with ``# title`` and the text, global, owned by
     ``adiyan-office``; every query with qrels becomes a ``lookup`` question whose gold sources are
     its relevant passages; the gold answer comes from a ``qa.jsonl`` beside the BEIR folder when
     there is one (ClapNQ and XQuAD in ../shared/datasets have it). Written once per content hash
@@ -99,7 +130,7 @@ def materialize_beir(beir_dir: str | Path, out_root: str | Path | None = None, *
     src = Path(beir_dir)
     files = [src / "corpus.jsonl", src / "queries.jsonl", src / "qrels" / f"{split}.tsv"]
     qa_path = src.parent / "qa.jsonl"
-    h = hashlib.sha256()
+    h = hashlib.sha256(BEIR_NAMING)
     for f in files + ([qa_path] if qa_path.is_file() else []):
         if f.is_file():
             h.update(f.read_bytes())
@@ -115,9 +146,12 @@ def materialize_beir(beir_dir: str | Path, out_root: str | Path | None = None, *
             answers[str(row["id"])] = (row.get("answers") or [""])[0]
     tmp = out.with_name(out.name + ".tmp")
     (tmp / "docs").mkdir(parents=True, exist_ok=True)
-    fname = {}
+    fname, taken = {}, {}
     for did, doc in data.corpus.items():
-        fname[did] = re.sub(r"[^A-Za-z0-9_.-]", "_", did) + ".md"
+        fname[did] = beir_file_name(did)
+        if fname[did] in taken:  # only a sha256 prefix collision of two over-long ids could do this
+            raise EvalsetError(f"{src}: passage ids {taken[fname[did]]!r} and {did!r} map to one file name")
+        taken[fname[did]] = did
         text = (f"# {doc['title']}\n\n" if doc["title"] else "") + doc["text"] + "\n"
         (tmp / "docs" / fname[did]).write_text(text, encoding="utf-8")
     with open(tmp / "questions.jsonl", "w", encoding="utf-8") as f:
@@ -127,8 +161,8 @@ def materialize_beir(beir_dir: str | Path, out_root: str | Path | None = None, *
                                 "gold_sources": gold, "answer_keywords": [], "kind": "lookup"}) + "\n")
     manifest = {"name": name, "description": f"{src} ({split}) as an evalset: {len(data.corpus)} passages, "
                 f"{len(data.queries)} questions", "questions": "questions.jsonl",
-                "documents": [{"file": f"docs/{fname[d]}", "owner": "adiyan-office", "visibility": "global"}
-                              for d in data.corpus]}
+                "documents": [{"file": f"docs/{fname[d]}", "owner": "adiyan-office", "visibility": "global",
+                               "beir_id": d} for d in data.corpus]}
     (tmp / "manifest.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False), encoding="utf-8")
     shutil.rmtree(out, ignore_errors=True)
     tmp.replace(out)
@@ -149,7 +183,8 @@ def load_evalset(root: str | Path) -> Evalset:
         p = root / d["file"]
         if not p.is_file():
             raise EvalsetError(f"{mpath}: documents[{i}] file {d['file']!r} does not exist")
-        docs.append(EvalDocument(p, p.name, d.get("owner", "adiyan-office"), d.get("visibility", "global")))
+        docs.append(EvalDocument(p, p.name, d.get("owner", "adiyan-office"), d.get("visibility", "global"),
+                                 None if d.get("beir_id") is None else str(d["beir_id"])))
     owner_of = {d.filename: d.owner for d in docs}
     qfile = manifest.get("questions", "questions.jsonl")
     qpath = root / qfile

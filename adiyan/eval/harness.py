@@ -228,6 +228,7 @@ def _build(settings, es: Evalset, es_hash: str, embedder, kdir: Path, *, progres
         kb.store.close()
     ok = [r for r in results if not isinstance(r, IngestError)]
     failed = [{"file": it.filename, "reason": str(r)} for it, r in zip(items, results) if isinstance(r, IngestError)]
+    failed += [{"file": m.source, "reason": str(m)} for r in ok for m in r.members if isinstance(m, IngestError)]
     chars = [r.chunk_stats.get("mean", 0) * r.chunk_stats.get("count", 0) for r in ok]
     build = {"key": index_key(settings, es_hash, embedder.id),
              "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

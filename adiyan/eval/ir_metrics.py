@@ -1,8 +1,11 @@
 """IR metrics over qrels and runs: nDCG@k, Recall@k, MRR@k, MAP@k, and paired significance tests.
 
 The numbers come from ranx (Bassani, ECIR 2022, https://github.com/AmenRa/ranx), whose metrics
-follow trec_eval; a pure-NumPy implementation of the same four metrics is used only when ranx
-cannot be imported. Both sides see the same input:
+follow trec_eval. ranx is a dependency: without it every metric raises ``RanxMissing`` (no
+silent fallback; ``metrics.json`` records the backend). A pure-NumPy implementation of the same
+four metrics is kept as the cross-check the tests call explicitly (``use_ranx=False``,
+``per_query_numpy``); nothing in the workbench computes a reported figure with it. Both sides
+see the same input:
 
 * ties are broken before evaluation: each query's documents are ordered by score, descending,
   then by document id, ascending, and the scores are replaced by that rank order. ranx sorts
@@ -35,8 +38,12 @@ _UNLOADED = object()
 _ranx_module = _UNLOADED
 
 
+class RanxMissing(ImportError):
+    """ranx, the IR-metrics dependency, cannot be imported: no metric is computed without it."""
+
+
 def _ranx():
-    """ranx (the reference), imported on first use; None where it is not installed.
+    """ranx, imported on first use; ``RanxMissing`` (naming the package) when it cannot be.
 
     Importing ranx takes seconds (numba), so ``import adiyan.cli`` does not pay for it; its
     numba kernels then compile on first use (cached on disk).
@@ -45,14 +52,18 @@ def _ranx():
     if _ranx_module is _UNLOADED:
         try:
             import ranx  # heavy: numba; ~3 s to import, paid on the first metric computed
-        except ImportError:  # pragma: no cover - exercised only where ranx is not installed
-            ranx = None
+        except ImportError as exc:
+            raise RanxMissing(f"ranx is required for the IR metrics (nDCG, Recall, MRR, MAP) and could not be "
+                              f"imported ({exc}); install the project's requirements (scripts/install.sh), "
+                              "e.g. .venv/bin/pip install ranx") from exc
         _ranx_module = ranx
     return _ranx_module
 
 
 def backend() -> str:
-    return "ranx" if _ranx() is not None else "numpy"
+    """The library every reported IR metric comes from: always "ranx" (RanxMissing without it)."""
+    _ranx()
+    return "ranx"
 
 
 def parse_metric(metric: str) -> tuple[str, int | None]:
@@ -83,7 +94,7 @@ def _judged(qrels: Qrels) -> dict[str, dict[str, int]]:
     return {q: {d: int(r) for d, r in docs.items()} for q, docs in qrels.items() if docs}
 
 
-# -- pure NumPy per-query metrics (the fallback, and the reference the tests check by hand) -----
+# -- pure NumPy per-query metrics (the cross-check the tests call explicitly; never a fallback) --
 def _ndcg(rels: dict[str, int], ranking: Sequence[str], k: int | None) -> float:
     top = ranking[:k] if k else ranking
     dcg = sum(rels.get(d, 0) / math.log2(i + 2) for i, d in enumerate(top) if rels.get(d, 0) >= 1)
@@ -138,9 +149,9 @@ def _ranx_objects(qrels: Qrels, run: Run, name: str = "run"):
     return q, r.make_comparable(q)  # empty rankings for judged queries the run left out
 
 
-def per_query(qrels: Qrels, run: Run, metric: str, *, use_ranx: bool | None = None) -> dict[str, float]:
-    """One score per judged query (the input of a paired test)."""
-    use_ranx = (_ranx() is not None) if use_ranx is None else use_ranx
+def per_query(qrels: Qrels, run: Run, metric: str, *, use_ranx: bool = True) -> dict[str, float]:
+    """One score per judged query (the input of a paired test); ``use_ranx=False`` is the NumPy
+    cross-check, for tests only."""
     if not use_ranx:
         return per_query_numpy(qrels, run, metric)
     parse_metric(metric)
@@ -150,12 +161,12 @@ def per_query(qrels: Qrels, run: Run, metric: str, *, use_ranx: bool | None = No
 
 
 def evaluate_run(qrels: Qrels, run: Run, metrics: Iterable[str] = ("ndcg@10", "recall@100"), *,
-                 use_ranx: bool | None = None) -> dict[str, float]:
-    """Mean of each metric over the judged queries, e.g. ``{"ndcg@10": 0.676, "recall@100": 0.93}``."""
+                 use_ranx: bool = True) -> dict[str, float]:
+    """Mean of each metric over the judged queries, e.g. ``{"ndcg@10": 0.676, "recall@100": 0.93}``
+    (ranx; ``use_ranx=False`` is the NumPy cross-check, for tests only)."""
     metrics = list(metrics)
     for m in metrics:
         parse_metric(m)
-    use_ranx = (_ranx() is not None) if use_ranx is None else use_ranx
     if not use_ranx:
         return {m: float(np.mean(list(per_query_numpy(qrels, run, m).values()))) for m in metrics}
     q, r = _ranx_objects(qrels, run)
@@ -172,7 +183,7 @@ def compare_runs(qrels: Qrels, runs: Mapping[str, Run], metrics: Iterable[str] =
 
     ``stat_test`` is ``"fisher"`` (Fisher's randomization test, two-sided, ``n_permutations``
     permutations drawn with ``seed``) or ``"student"`` (two-sided paired t-test, ranx's
-    ``compare`` when ranx is installed). The randomization test is computed here even with
+    ``compare``). The randomization test is computed here even with
     ranx: ranx draws its permutations in parallel numba threads whose random streams the seed
     does not govern (two identical calls gave p = 0.51 and 0.4875), and a report must not
     change between runs. Per-query scores, the test's input, come from ranx either way.
@@ -191,7 +202,7 @@ def compare_runs(qrels: Qrels, runs: Mapping[str, Run], metrics: Iterable[str] =
     per = {n: {m: per_query(qrels, runs[n], m) for m in metrics} for n in names}
     scores = {n: {m: float(np.mean(list(per[n][m].values()))) for m in metrics} for n in names}
     p_values: dict[str, dict[str, float]] = {}
-    if stat_test == "student" and _ranx() is not None and len(names) > 1:
+    if stat_test == "student" and len(names) > 1:
         q = _ranx().Qrels(_judged(qrels))
         ranx_runs = [_ranx_objects(qrels, runs[n], name=n)[1] for n in names]
         report = _ranx().compare(q, ranx_runs, metrics, stat_test="student", max_p=max_p,

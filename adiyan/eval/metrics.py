@@ -106,7 +106,9 @@ REGISTRY: tuple[Metric, ...] = (
     _m("ragas", "exact_match", HIGHER, **_UNIT),
     _m("ragas_llm", "judge_agreement", HIGHER, **_UNIT, description="the judge's agreement with labelled pairs"),
     _m("ragas_llm", "judge_agreement_ci_low", HIGHER, **_UNIT, description="lower bound of its 95% confidence interval"),
-    _m("ragas_llm", "judge_reliable", HIGHER, **_UNIT, description="1 when the judge's agreement clears the line"),
+    _m("ragas_llm", "judge_agreement_ci_high", NEUTRAL, **_UNIT, description="upper bound of its 95% Wilson interval"),
+    _m("ragas_llm", "judge_calibration_pairs", NEUTRAL, lo=0.0, description="labelled pairs the agreement is over"),
+    _m("ragas_llm", "judge_reliable", HIGHER, **_UNIT, description="1 when the lower bound of the agreement's 95% interval clears the line"),
     _m("ragas_llm", "faithfulness", HIGHER, **_UNIT, judged=True),
     _m("ragas_llm", "answer_relevancy", HIGHER, **_UNIT, judged=True),
     _m("ragas_llm", "llm_context_precision", HIGHER, **_UNIT, judged=True),
@@ -121,6 +123,18 @@ REGISTRY: tuple[Metric, ...] = (
     _m("incidents", "chunk_dilution_after", HIGHER, lo=-1.0, hi=1.0, description="the fact's cosine with structural chunks"),
     _m("regression", "{id}", HIGHER, **_UNIT, description="1 when the regression case passes, 0 when it fails"),
     _m("dataset", "ingest_failed", LOWER, lo=0.0, description="documents of the evalset that could not be ingested"),
+    # -- the score floor on the scored set (adiyan/eval/floors.py floor_effect): the top k of every
+    #    question without a floor, relevant (gold source) or not, and how many score under the floor
+    _m("floor", "floor", NEUTRAL, lo=-1.0, hi=1.0, description="the configured or calibrated floor considered"),
+    _m("floor", "floor_applied", NEUTRAL, **_UNIT, description="1 when the pipeline applies it (J >= floor_min_j or configured)"),
+    _m("floor", "floor_j_calibration", HIGHER, lo=-1.0, hi=1.0, description="Youden J of the floor on its calibration set"),
+    _m("floor", "floor_j_scored", HIGHER, lo=-1.0, hi=1.0, description="J of the floor on this run's set (best gold vs best other score per answerable question)"),
+    _m("floor", "relevant_top_k", NEUTRAL, lo=0.0, description="top-k chunks from a gold source, without a floor"),
+    _m("floor", "relevant_below_floor", LOWER, lo=0.0, description="of those, scoring under the floor (removed when applied)"),
+    _m("floor", "relevant_below_floor_share", LOWER, **_UNIT),
+    _m("floor", "irrelevant_top_k", NEUTRAL, lo=0.0, description="top-k chunks from any other source, without a floor"),
+    _m("floor", "irrelevant_below_floor", HIGHER, lo=0.0, description="of those, scoring under the floor (removed when applied)"),
+    _m("floor", "irrelevant_below_floor_share", HIGHER, **_UNIT),
     # -- per-point experiment metrics (sweeps): retrieval at the point's own k
     _m("sweep", "hit_rate", HIGHER, **_UNIT, description="hit rate at the point's retrieval.kb_top_k"),
     _m("sweep", "mrr", HIGHER, **_UNIT, description="MRR at the point's retrieval.kb_top_k"),
@@ -178,6 +192,8 @@ REGISTRY: tuple[Metric, ...] = (
     _m("sweep", "answer_cache_misses", NEUTRAL, lo=0.0),
     _m("sweep", "principles_holding_share", HIGHER, **_UNIT),
     _m("sweep", "{n}_{name}_holds", HIGHER, **_UNIT),
+    _m("sweep", "{n}_{name}_variants_held", HIGHER, **_UNIT, description="incidents: share of authored variants that hold"),
+    _m("sweep", "variants_held", HIGHER, **_UNIT, description="per incident: share of its authored variants that hold"),
     # -- per-question scores the experiments record (paired tests against a sweep's baseline)
     _m("sweep", "hit", HIGHER, **_UNIT, description="per question: a gold source in the top k"),
     _m("sweep", "rr", HIGHER, **_UNIT, description="per question: reciprocal rank of the first gold source / expected memory"),
@@ -197,6 +213,8 @@ REGISTRY: tuple[Metric, ...] = (
     _m("timings", "generate_s", LOWER, lo=0.0),
     _m("timings", "score_s", LOWER, lo=0.0),
     _m("timings", "incidents_s", LOWER, lo=0.0),
+    _m("timings", "judge_calibration_s", LOWER, lo=0.0, description="the judge on its labelled pairs"),
+    _m("timings", "judge_metrics_s", LOWER, lo=0.0, description="the judged metrics on their sample"),
     _m("timings", "total_s", LOWER, lo=0.0),
 )
 

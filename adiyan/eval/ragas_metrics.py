@@ -501,7 +501,9 @@ def summary_lines(summary: Mapping) -> list[str]:
     lines = []
     for name, m in summary["metrics"].items():
         mean = "n/a" if m["mean"] is None else f"{m['mean']:.3f}"
-        agree = "uncalibrated" if m.get("judge_agreement") is None else f"judge agreement {m['judge_agreement']:.2f}"
+        ci = m.get("judge_agreement_ci95") or [None, None]
+        agree = "uncalibrated" if m.get("judge_agreement") is None else (
+            f"judge agreement {m['judge_agreement']:.2f}" + (f" [95% CI {ci[0]:.2f}-{ci[1]:.2f}]" if ci[0] is not None else ""))
         mark = "" if m.get("reliable") else ("  [UNRELIABLE]" if m.get("reliable") is False else "  [UNCALIBRATED]")
         lines.append(f"{name}: {mean} (ok {m['ok']}/{m['rows']}, failed {m['failed']}, undefined {m['undefined']}, "
                      f"skipped {m['skipped']}; judge calls {m['judge_calls']}, failed {m['judge_calls_failed']}; "

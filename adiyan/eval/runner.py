@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import platform
 import time
-from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -31,13 +30,17 @@ from .. import __version__
 from ..cache import CallCache
 from ..report import write_index, write_run_report
 from ..factory import open_llm, open_retriever, score_floor
+from ..retrieval.floor import floor_decision
 from ..generation import answer_question
 from . import metrics as M
 from .harness import EVAL_REQUESTER, IR_DEPTH, close_index, open_index, question_rows, retrieval_metrics  # noqa: F401
-from .incidents import replay_all
+from .incidents import as_dict as incident_dict
+from .incidents import incident_metrics, replay_all
 from .ir_metrics import backend as ir_backend
+from .floors import floor_effect
 from .judge import calibrate, evalset_calibration_pairs, judge_from_settings
 from .ragas_metrics import score_llm, score_non_llm, summarize
+from .reliability import group_line, judged_group, warning_lines, warnings_for
 from .regression import check
 
 
@@ -91,35 +94,37 @@ def _ragas_non_llm(rows) -> tuple[dict, dict]:
 
 
 def _ragas_llm(settings, es, rows, embedder, progress, doc_texts) -> dict | None:
-    """LLM-judged metrics on a sample, beside the judge's calibration on labelled pairs."""
+    """LLM-judged metrics on a sample, beside the judge's calibration on labelled pairs
+    (``eval.judge_calibration_pairs``, four labels over every question kind). The sample is
+    ``eval.judge_sample`` questions when the judge is reliable, ``eval.judge_sample_unreliable``
+    when it is not (its metrics are shown struck: they only check the wiring)."""
     judge = judge_from_settings(settings)
     if judge is None:
         return None
     answerable = [r for r in rows if r["hit"] is not None and r["retrieved"]]
+    t0 = time.perf_counter()
     # contexts from the gold documents, so a "correct" pair is really supported
-    pairs = evalset_calibration_pairs(es, seed=settings.seed, doc_texts=doc_texts)[: 2 * (settings.eval.judge_calibration_pairs // 2)]
+    pairs = evalset_calibration_pairs(es, seed=settings.seed, n_pairs=settings.eval.judge_calibration_pairs,
+                                      doc_texts=doc_texts)
     cal = calibrate(judge, pairs, reliable_threshold=settings.eval.judge_reliable_agreement, progress=progress)
+    calibration_s = time.perf_counter() - t0
+    ev = settings.eval
+    sample = ev.judge_sample if cal.reliable or ev.judge_sample_unreliable is None else ev.judge_sample_unreliable
     ragas_rows = [{"id": r["id"], "question": r["question"], "answer": r["answer"], "retrieved": r["retrieved"],
                    "gold_answer": r["gold_answer"], "gold_sources": r["gold_sources"]} for r in answerable]
+    t0 = time.perf_counter()
     per_row, summary = score_llm(ragas_rows, judge, embedder, settings.eval.judge_metrics or None,
-                                 sample=settings.eval.judge_sample, seed=settings.seed, calibration=cal,
-                                 progress=progress)
+                                 sample=sample, seed=settings.seed, calibration=cal, progress=progress)
     return {"calibration": cal.as_dict(), "summary": summary, "per_row": per_row,
             "judge_stats": judge.stats.as_dict() if hasattr(judge.stats, "as_dict") else vars(judge.stats),
-            "failures": [f._asdict() for f in judge.failures]}
+            "failures": [f._asdict() for f in judge.failures],
+            "timings": {"judge_calibration_s": calibration_s, "judge_metrics_s": time.perf_counter() - t0}}
 
 
 def _incident_groups(settings, embedder, run_dir: Path) -> dict:
     results = replay_all(settings, embedder=embedder, progress=False)
-    (run_dir / "incidents.json").write_text(json.dumps([asdict(r) for r in results], indent=2), encoding="utf-8")
-    group = {"principles_holding_share": round(sum(r.holds for r in results) / len(results), 6)}
-    for r in results:
-        group[f"{r.number}_{r.name.replace(' ', '_')}_holds"] = float(r.holds)
-    d1 = next(r for r in results if r.number == 1).details
-    if "after" in d1:
-        group["chunk_dilution_before"] = round(d1["before"], 6)
-        group["chunk_dilution_after"] = round(d1["after"], 6)
-    return group
+    (run_dir / "incidents.json").write_text(json.dumps([incident_dict(r) for r in results], indent=2), encoding="utf-8")
+    return incident_metrics(results)  # per incident: holds, share of variants held
 
 
 def run_eval(settings, *, progress: bool = True, run_id: str | None = None, incidents: bool | None = None) -> Path:
@@ -142,6 +147,9 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         timings["generate_s"] = _answer(rows, qr.results, settings, llm if settings.eval.generate else None,
                                         answer_cache, progress)
         n_chunks = kb.count_chunks()
+        floor = floor_decision(settings.retrieval, embedder.id)  # what the floor removes on this set
+        floor_metrics, floor_details = floor_effect(retriever, es, floor, settings.retrieval.kb_top_k,
+                                                    scored_hash=ds_hash)
         doc_texts = {d.source_key: kb.get_document_text(d.source_key, None, is_owner=True) for d in es.documents
                      if d.filename not in {f["file"] for f in index.ingest_failures}}
     finally:
@@ -157,13 +165,11 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
     for name, values in ragas_rows.items():
         for r, v in zip(rows, values):
             r.setdefault("ragas", {})[name] = v
+    groups["floor"] = floor_metrics
     judged = _ragas_llm(settings, es, rows, embedder, progress, doc_texts)
     if judged is not None:
-        cal = judged["calibration"]
-        groups["ragas_llm"] = {"judge_agreement": cal["agreement"], "judge_reliable": float(cal["reliable"])}
-        for name, s in judged["summary"].get("metrics", {}).items():
-            groups["ragas_llm"][name] = s.get("mean")
-            groups["ragas_llm"][f"{name}.failed"] = s.get("failed")
+        groups["ragas_llm"] = judged_group(judged)
+        timings.update(judged["timings"])
         (run_dir / "judge.json").write_text(json.dumps(judged, indent=2, default=str), encoding="utf-8")
     timings["score_s"] = time.perf_counter() - t0
     if incidents if incidents is not None else settings.eval.incidents:
@@ -190,6 +196,9 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
                     "documents_reingested": 0 if index.reused else index.build.get("n_changed", 0),
                     "ingest_failed": index.ingest_failures},
         "retrieval": {**retriever.describe(), "transform_failures": retriever.transform_failures},
+        "floor": {**{k: v for k, v in floor.as_dict().items() if k != "calibration"},
+                  "calibration": floor.calibration, "effect": floor_details},
+        "warnings": warnings_for(judged, floor, floor_details, ds_hash),
         "ir_backend": ir_backend(),
         "metrics": groups,
         "regression": [r.as_dict() for r in regression],
@@ -216,16 +225,24 @@ def summary_lines(run_dir: Path) -> list[str]:
              f"({m['dataset']['n_questions']} questions, {m['dataset']['n_chunks']} chunks)",
              f"embedder {m['models']['embedder']['id']}  llm {(m['models']['llm'] or {}).get('id')}  "
              f"judge {m['models'].get('judge')}"]
+    lines += warning_lines(m)
     for group, vals in m["metrics"].items():
-        shown = "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in vals.items())
-        lines.append(f"  {group:<10} {shown}")
+        lines.append(group_line(m, group, vals))
+    failed = m["dataset"].get("ingest_failed") or []
+    for f in failed[:5]:  # named, so a run on a set with bad documents says which and why
+        lines.append(f"  INGEST FAILED {f['file']}: {f['reason'][:200]}")
+    if len(failed) > 5:
+        lines.append(f"  ... and {len(failed) - 5} more ingest failures (metrics.json dataset.ingest_failed)")
     for r in m.get("regression", []):
         if r["status"] == "fail":
             lines.append(f"  REGRESSION {r['id']}: {r['reason']}")
     t = m["timings"]
     c = m["cache"]
     lines.append(f"  time total {t['total_s']:.1f}s (ingest {t['ingest_s']:.1f}s, generate {t['generate_s']:.1f}s, "
-                 f"score {t.get('score_s', 0):.1f}s, incidents {t.get('incidents_s', 0):.1f}s); "
+                 f"score {t.get('score_s', 0):.1f}s"
+                 + (f" of which judge calibration {t['judge_calibration_s']:.1f}s and judged metrics "
+                    f"{t.get('judge_metrics_s', 0):.1f}s" if "judge_calibration_s" in t else "")
+                 + f", incidents {t.get('incidents_s', 0):.1f}s); "
                  f"embedding cache {c['embeddings']['hits']} hits / {c['embeddings']['misses']} misses; "
                  f"answer cache {c['answers']['hits']} hits / {c['answers']['misses']} misses")
     lines.append(f"  report: {Path(run_dir) / 'report.html'}")

@@ -2,31 +2,37 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
-from ..eval.incidents import replay_all
+from ..eval.incidents import as_dict, incident_metrics, replay_all
 from .common import PointResult
 
 
 def evaluate_incidents(settings, *, progress: bool = False) -> PointResult:
-    """The five incident replays (:func:`adiyan.eval.incidents.replay_all`) as sweep metrics."""
+    """The five incident replays (:func:`adiyan.eval.incidents.replay_all`) as sweep metrics:
+    per incident whether it holds and the share of its variants held (n/a ones are left out)."""
     results = replay_all(settings, progress=progress)
-    metrics = {"principles_holding_share": sum(r.holds for r in results) / len(results)}
     rows = []
     for r in results:
-        metrics[f"{r.number}_{r.name.replace(' ', '_')}_holds"] = float(r.holds)
-        rows.append({"qid": f"incident-{r.number}", "holds": float(r.holds), "seconds": r.seconds})
-    return PointResult(metrics, rows, {"incidents": [asdict(r) for r in results]})
+        row = {"qid": f"incident-{r.number}", "seconds": r.seconds}
+        if r.holds is not None:
+            row["holds"] = float(r.holds)
+        if r.variants_share is not None:
+            row["variants_held"] = r.variants_share
+        rows.append(row)
+    return PointResult(incident_metrics(results), rows, {"incidents": [as_dict(r) for r in results]})
 
 
 def incident_narrative(result: PointResult) -> str:
     """The incident replays of :func:`evaluate_incidents` told in Markdown: what happened to the
-    seed, what the replay measured here and with which model, the principle, and whether it holds."""
+    seed, what the before and the after run, what the replay measured and with which model, the
+    variants held, and whether the principle holds."""
+    verdicts = {"holds": "the principle holds", "FAILS": "**the principle does not hold**",
+                "n/a": "*not measurable in this configuration*"}
     lines = []
     for r in result.info["incidents"]:
-        verdict = "the principle holds" if r["holds"] else "**the principle does not hold**"
-        lines.append(f"### {r['number']}. {r['name']}: {verdict}")
+        lines.append(f"### {r['number']}. {r['name']}: {verdicts[r['status']]} ({r['variants_text']})")
         lines.append(f"*Principle.* {r['principle']}")
+        if r.get("before"):
+            lines.append(f"*Before:* {r['before']}. *After:* {r['after']}.")
         lines.append(f"*The seed recorded* {r['seed_figure']}. *Measured here* ({r['model']}, {r['seconds']:.1f} s): "
                      f"{r['measured']}.")
         details = {k: v for k, v in (r.get("details") or {}).items() if not isinstance(v, (list, dict))}

@@ -7,6 +7,10 @@ notebook that ran ``run_eval`` (evaluate.ipynb), from the run's ``metrics.json``
 ``total_s`` of group ``timings``. Which direction is better always comes from the metric
 registry (:mod:`adiyan.eval.metrics`) under that (group, name); a metric it does not declare is
 an error naming it, never a guess from the name.
+
+An LLM-judged metric (the registry's ``judged`` flag) of a point whose judge was not calibrated
+reliable (its ``ragas_llm.judge_reliable`` is not 1) is unreliable: never "best", left out of
+the plots and of the paired tests, and struck on the page (:meth:`Gathered.unreliable`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from .spec import FAILED, MARKER, Point, SweepSpec, baseline_point, is_complete,
 
 SIG_PERMUTATIONS = 10_000
 SIG_SEED = 42
+JUDGE_RELIABLE = "ragas_llm.judge_reliable"  # a run_eval point's column: 1 when its judge is reliable
 
 
 def _fallback_point(point_dir: Path) -> dict | None:
@@ -89,6 +94,26 @@ class Gathered:
     @staticmethod
     def question_direction(name: str) -> str:
         return M.direction(METRIC_GROUP, name)
+
+    def judged(self, col: str) -> bool:
+        """The registry says an LLM judged this column (unregistered: not judged)."""
+        try:
+            return M.is_judged(*self.key(col))
+        except M.UnregisteredMetric:
+            return False
+
+    def unreliable(self, row, col: str) -> bool:
+        """``row[col]`` is an LLM-judged value from a point whose judge is not reliable."""
+        if not self.judged(col):
+            return False
+        flag = row.get(JUDGE_RELIABLE) if hasattr(row, "get") else None
+        return not (is_num(flag) and float(flag) == 1.0)
+
+    def reliable_values(self, frame, col: str):
+        """``frame[col]`` with the values of unreliable judges blanked (NaN): for "best" and plots."""
+        if not self.judged(col) or frame.empty:
+            return frame[col]
+        return frame[col].where(frame.apply(lambda r: not self.unreliable(r, col), axis=1))
 
     def unregistered(self) -> list[str]:
         """group/name of every gathered metric and per-question score the registry does not declare."""
@@ -186,17 +211,24 @@ def significance(spec: SweepSpec, points: Sequence[Point], g: Gathered) -> dict:
         res["note"] = "the baseline point has no results"
         return res
     wanted = spec.paired or sorted(set(pq["metric"]))
+    reliable_judge = {r["point_id"]: is_num(r.get(JUDGE_RELIABLE)) and float(r[JUDGE_RELIABLE]) == 1.0
+                      for r in runs.to_dict("records")}
     for metric in wanted:
         sub = pq[pq["metric"] == metric]
         if sub.empty:
             continue
         direction = g.question_direction(metric)
+        judged = M.is_judged(METRIC_GROUP, metric)
         table = sub.pivot_table(index="qid", columns="point_id", values="value", aggfunc="first")
         if base.id not in table:
             continue
         rows, pvals = {}, {}
         for p in points:
             if p.id == base.id or p.id not in table or p.id not in ok:
+                continue
+            if judged and not (reliable_judge.get(base.id) and reliable_judge.get(p.id)):
+                res.setdefault("excluded", {}).setdefault(metric, []).append(
+                    {"point": p.id, "why": "LLM-judged by a judge that is not calibrated reliable"})
                 continue
             both = table[[base.id, p.id]].dropna()
             if len(both) < 2:
@@ -245,6 +277,8 @@ def best_points(g: Gathered, metrics: Sequence[str]) -> dict[str, dict]:
             continue
         direction = g.direction(m)
         vals = ok[ok[m].map(is_num)]
+        if g.judged(m) and not vals.empty:  # an unreliable judge's value is never best
+            vals = vals[vals.apply(lambda r: not g.unreliable(r, m), axis=1)]
         if vals.empty or direction == M.NEUTRAL:
             continue
         col = vals[m].astype(float)

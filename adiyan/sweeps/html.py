@@ -135,11 +135,11 @@ INDEX_TEMPLATE = """<!DOCTYPE html>
 
 <h2>Points</h2>
 <table><tr><th>point</th>{% for c in param_cols %}<th>{{ c }}</th>{% endfor %}<th>status</th>{% for m in metric_cols %}<th>{{ m }}</th>{% endfor %}<th>wall s</th><th>files</th></tr>
-{% for r in rows %}<tr><td><code>{{ r.point_id }}</code>{% if r.point_id == baseline %} <b>(baseline)</b>{% endif %}</td>{% for c in param_cols %}<td>{{ fmt(r[c]) }}</td>{% endfor %}<td>{{ r.status }}</td>{% for m in metric_cols %}<td class="num{% if m in best and r.point_id in best[m].points and best[m].points|length < n_ok %} best{% endif %}">{{ fmt(r.get(m)) }}</td>{% endfor %}<td class="num">{{ fmt(r.get("point_wall_s")) }}</td><td><a href="{{ r.html }}">html</a> · <a href="{{ r.notebook }}">ipynb</a> · <a href="{{ r.config }}">config</a></td></tr>
+{% for r in rows %}<tr><td><code>{{ r.point_id }}</code>{% if r.point_id == baseline %} <b>(baseline)</b>{% endif %}</td>{% for c in param_cols %}<td>{{ fmt(r[c]) }}</td>{% endfor %}<td>{{ r.status }}</td>{% for m in metric_cols %}{% if unreliable(r, m) %}<td class="num"><span class="unreliable">{{ fmt(r.get(m)) }}</span> <span class="badge">unreliable judge</span></td>{% else %}<td class="num{% if m in best and r.point_id in best[m].points and best[m].points|length < n_ok %} best{% endif %}">{{ fmt(r.get(m)) }}</td>{% endif %}{% endfor %}<td class="num">{{ fmt(r.get("point_wall_s")) }}</td><td><a href="{{ r.html }}">html</a> · <a href="{{ r.notebook }}">ipynb</a> · <a href="{{ r.config }}">config</a></td></tr>
 {% endfor %}</table>
 
 <h2>Best point per metric</h2>
-<p>Directions are those of the metric registry (adiyan.eval.metrics); counts and sizes have none.</p>
+<p>Directions are those of the metric registry (adiyan.eval.metrics); counts and sizes have none. A metric an LLM judged counts only from points whose judge is calibrated reliable: an unreliable judge's values are struck, never best, left out of the plots and of the paired tests.</p>
 <table><tr><th>metric</th><th>direction</th><th>best value</th><th>point</th></tr>
 {% for m, b in best_rows %}<tr><td>{{ m }}</td><td>{{ b.direction }}</td><td class="num">{{ fmt(b.value) }}</td><td>{{ b.label }}</td></tr>
 {% endfor %}</table>
@@ -161,6 +161,8 @@ INDEX_TEMPLATE = """<!DOCTYPE html>
 {% for pid, s in rows_.items() %}<tr><td>{{ s.label }}</td><td class="num">{{ s.n }}</td><td class="num">{{ fmt(s.baseline_mean) }}</td><td class="num">{{ fmt(s.mean) }}</td><td class="num">{{ "%+.4f"|format(s.delta) }}</td><td>{{ s.win }} / {{ s.tie }} / {{ s.loss }}</td><td class="num">{{ fmt(s.p_value) }}</td><td class="num">{{ fmt(s.p_holm) }}</td><td>{% if s.significant %}<b>significant</b>{% endif %}</td></tr>
 {% endfor %}</table>
 {% else %}<p>No per-question scores to test (or a single point).</p>{% endfor %}
+{% for metric, ex in (sig.excluded or {}).items() %}<p><b>{{ metric }}</b> not tested against {{ ex|map(attribute="point")|join(", ") }}: {{ ex[0].why }}.</p>
+{% endfor %}
 {% if failures %}<h2>Failed points</h2>
 <ul>{% for pid, err in failures %}<li><code>{{ pid }}</code>: <a href="points/{{ pid }}/notebook.html">notebook</a><pre>{{ err }}</pre></li>{% endfor %}</ul>
 {% endif %}</body></html>
@@ -175,6 +177,12 @@ def write_index(spec: SweepSpec, g: Gathered, sig: dict, out: Path, *, engine: s
     shown_metrics = [m for m in (spec.metrics or g.metric_cols) if m in runs.columns]
     numeric_metrics = [m for m in shown_metrics if ok[m].map(is_num).any()] if not ok.empty else []
     best = best_points(g, numeric_metrics)
+    # plots and the frontier see only values a reliable judge gave (or no judge at all)
+    ok = ok.copy()
+    for m in numeric_metrics:
+        if g.judged(m):
+            ok[m] = g.reliable_values(ok, m)
+    numeric_metrics = [m for m in numeric_metrics if ok[m].map(is_num).any()]
     best_rows = []
     for m, b in best.items():
         tie = len(b["points"]) > 1
@@ -204,6 +212,7 @@ def write_index(spec: SweepSpec, g: Gathered, sig: dict, out: Path, *, engine: s
         spec=spec, notebook=str(spec.notebook), grid=canon(spec.grid), overrides=canon(spec.overrides),
         counts=", ".join(f"{v} {k}" for k, v in counts.items()), engine=engine, jobs=jobs, session=session,
         rows=rows, param_cols=g.param_cols, metric_cols=shown_metrics, best=best, best_rows=best_rows,
+        unreliable=lambda r, m: r.get(m) is not None and g.unreliable(r, m),
         param_plots=param_plots, frontier=frontier, n_ok=len(ok), sig=sig, baseline=sig.get("baseline"),
         failures=failures)
     p = out / "index.html"

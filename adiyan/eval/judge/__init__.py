@@ -2,22 +2,25 @@
 
 ``client`` holds the judge itself (``Judge``, its statuses, results and counters, JSON
 extraction from replies, ``judge_from_settings``); ``calibration`` scores a judge on labelled
-pairs and flags the metrics of an unreliable one; ``pairs`` makes those labelled pairs from an
-evalset by corrupting gold answers. Everything is re-exported here, so ``from
+pairs (agreement with its 95% Wilson interval; reliable only when the lower bound clears the
+line) and flags the metrics of an unreliable one; ``pairs`` makes those labelled pairs from an
+evalset (correct, corrupted fact, unsupported addition, wrong source, over every question kind). Everything is re-exported here, so ``from
 adiyan.eval.judge import X`` is the way in (see ``client`` for the judge's full contract).
 """
 
 from __future__ import annotations
 
 from .calibration import (
-    CALIBRATION_PROMPT, DEFAULT_RELIABLE_THRESHOLD, Calibration, CalibrationPair, Label, SupportVerdict, calibrate,
-    calibration_prompt, count_statuses, judged_metric_flags,
+    CALIBRATION_PROMPT, DEFAULT_RELIABLE_THRESHOLD, LABELS, Calibration, CalibrationPair, Label, SupportVerdict,
+    calibrate, calibration_prompt, count_statuses, judged_metric_flags, wilson_interval,
 )
 from .client import (
     DEFAULT_SYSTEM_PROMPT, EXCERPT_CHARS, FAILED_STATUSES, RETRY_SUFFIX, STATUSES, Judge, JudgeCallFailed,
     JudgeFailure, JudgeResult, JudgeStats, Status, json_candidates, judge_from_settings, parse_reply,
 )
-from .pairs import evalset_calibration_pairs, make_calibration_pairs, support_passage
+from .pairs import (
+    NEGATIVE_LABELS, candidate_pairs, evalset_calibration_pairs, make_calibration_pairs, select_pairs, support_passage,
+)
 
 __all__ = [
     # the judge
@@ -25,8 +28,9 @@ __all__ = [
     "JudgeCallFailed", "JudgeFailure", "JudgeResult", "JudgeStats", "Status", "json_candidates",
     "judge_from_settings", "parse_reply",
     # calibration
-    "CALIBRATION_PROMPT", "DEFAULT_RELIABLE_THRESHOLD", "Calibration", "CalibrationPair", "Label", "SupportVerdict",
-    "calibrate", "calibration_prompt", "count_statuses", "judged_metric_flags",
+    "CALIBRATION_PROMPT", "DEFAULT_RELIABLE_THRESHOLD", "LABELS", "Calibration", "CalibrationPair", "Label",
+    "SupportVerdict", "calibrate", "calibration_prompt", "count_statuses", "judged_metric_flags", "wilson_interval",
     # labelled pairs
-    "evalset_calibration_pairs", "make_calibration_pairs", "support_passage",
+    "NEGATIVE_LABELS", "candidate_pairs", "evalset_calibration_pairs", "make_calibration_pairs", "select_pairs",
+    "support_passage",
 ]

@@ -31,13 +31,12 @@ abandoned call, outside any deadline, then gives up on them and goes on (a remot
 hangs costs at most one extra ``settle_s``). ``stats.abandoned`` counts abandoned calls;
 :meth:`Judge.abandoned_running` says how many are still running.
 
-Cache. Results are cached in a :class:`~adiyan.cache.CallCache` under a key made from the
-judge's model id, the schema's name and JSON schema, the system prompt, the prompt,
-``max_tokens`` and ``temperature``. Failures are cached too, *with their status*: they are
-never stored or replayed as successes. A cached failure is replayed as the same failure
-(counted again, listed again, ``cached=True``) unless ``retry_cached_failures`` is ``True``
-(retry every failed status) or a set of statuses to retry (e.g. ``{"timeout", "error"}``
-after a server outage), in which case the model is asked again.
+Cache. Successful results are cached in a :class:`~adiyan.cache.CallCache` under a key made
+from the judge's model id, the schema's name and JSON schema, the system prompt, the prompt,
+``max_tokens`` and ``temperature``. Only successes: a failure (timeout, invalid JSON, schema
+mismatch, error) is counted and listed in the run where it happened and asked again on the next
+run, so a server outage or a slow first call is never replayed from the cache forever. A failure
+entry written by an older version is ignored in the same way.
 
 Calibration of the judge on labelled pairs is in ``calibration`` (the scoring) and ``pairs``
 (making labelled pairs from an evalset).
@@ -54,7 +53,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Collection, Literal, NamedTuple, Type
+from typing import Any, Literal, NamedTuple, Type
 
 from pydantic import BaseModel, ValidationError
 
@@ -210,8 +209,7 @@ class Judge:
 
     def __init__(self, llm, cache, *, timeout_s: float | None = 120.0, max_retries: int = 1,
                  max_tokens: int = 512, temperature: float = 0.0,
-                 system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
-                 retry_cached_failures: bool | Collection[str] = False, settle_s: float | None = None):
+                 system_prompt: str | None = DEFAULT_SYSTEM_PROMPT, settle_s: float | None = None):
         if timeout_s is not None and timeout_s <= 0:
             raise ValueError("timeout_s must be > 0 (or None for no deadline)")
         if max_retries < 0:
@@ -224,15 +222,6 @@ class Judge:
         self.temperature = temperature
         self.system_prompt = system_prompt
         self.settle_s = timeout_s if settle_s is None else settle_s
-        if retry_cached_failures is True:
-            self._retry_cached = set(FAILED_STATUSES)
-        elif not retry_cached_failures:
-            self._retry_cached = set()
-        else:
-            unknown = set(retry_cached_failures) - FAILED_STATUSES
-            if unknown:
-                raise ValueError(f"retry_cached_failures: unknown statuses {sorted(unknown)}")
-            self._retry_cached = set(retry_cached_failures)
         self.stats = JudgeStats()
         self.by_metric: dict[str, JudgeStats] = {}
         self.failures: list[JudgeFailure] = []  # final failures of asks
@@ -248,8 +237,7 @@ class Judge:
     def describe(self) -> dict:
         return {"id": self.id, "timeout_s": self.timeout_s, "settle_s": self.settle_s,
                 "max_retries": self.max_retries,
-                "max_tokens": self.max_tokens, "temperature": self.temperature,
-                "retry_cached_failures": sorted(self._retry_cached)}
+                "max_tokens": self.max_tokens, "temperature": self.temperature, "caches": "successes only"}
 
     @contextlib.contextmanager
     def scope(self, metric: str | None = None, sample_id: str | None = None):
@@ -282,31 +270,27 @@ class Judge:
         sample_id = sample_id if sample_id is not None else scope_sample
         key = self.cache_key(prompt, schema)
         hit = self.cache.get(key)
-        result = None
-        if hit is not None and not (hit.get("status") in self._retry_cached):
-            result = self._from_cache(hit, schema)
+        result = self._from_cache(hit, schema) if hit is not None else None
         if result is None:
             result = self._ask_llm(prompt, schema, metric, sample_id)
-            self.cache.put(key, {"status": result.status, "raw": result.raw, "error": result.error,
-                                 "value": result.value.model_dump(mode="json") if result.value is not None
-                                 else None, "judge": self.id, "schema": schema.__name__,
-                                 "at": time.time()})
+            if result.status == "ok":  # a failure is asked again next run, never replayed
+                self.cache.put(key, {"status": "ok", "raw": result.raw, "error": "",
+                                     "value": result.value.model_dump(mode="json"), "judge": self.id,
+                                     "schema": schema.__name__, "at": time.time()})
         self._record(result, metric, sample_id)
         return result
 
     # -- internals
 
     def _from_cache(self, hit: dict, schema: Type[BaseModel]) -> JudgeResult | None:
-        status = hit.get("status")
-        raw = hit.get("raw") or ""
-        if status == "ok":
-            try:
-                return JudgeResult(schema.model_validate(hit["value"]), "ok", raw, True)
-            except (ValidationError, KeyError, TypeError):
-                return None  # stale entry (schema changed under the same name): ask again
-        if status in FAILED_STATUSES:
-            return JudgeResult(None, status, raw, True, hit.get("error") or "")
-        return None
+        """A cached success; None (ask the model) for anything else, e.g. a failure an older
+        version cached, or a success whose schema changed under the same name."""
+        if hit.get("status") != "ok":
+            return None
+        try:
+            return JudgeResult(schema.model_validate(hit["value"]), "ok", hit.get("raw") or "", True)
+        except (ValidationError, KeyError, TypeError):
+            return None
 
     def _record(self, result: JudgeResult, metric: str | None, sample_id: str | None) -> None:
         with self._lock:

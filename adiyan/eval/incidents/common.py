@@ -1,0 +1,125 @@
+"""What every incident replay shares: the result record, the authored data, the embedder's window.
+
+A replay runs a *before* and an *after* configuration of production code over authored
+variants (``evalsets/incidents/``) and classes each variant:
+
+- **held**: the before shows the seed's failure and the after prevents it;
+- **not reproduced**: the before did not fail either (nothing for the after to prevent);
+- **violated**: the after let the failure through (the defence broke);
+- **n/a**: it cannot be measured in this configuration (a text past the embedder's input
+  window, no floor to fall under), with the reason; never counted as held.
+
+The verdict (:func:`verdict`): the principle **holds** when no variant is violated and at least
+one reproduces the failure (a before that never fails shows nothing); it **fails** otherwise;
+it is **n/a** when no variant can be measured. The counts are always printed beside it
+("3/7 variants, 4 not reproduced"), so one case cannot carry the result unseen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+INCIDENTS_DIR = ROOT / "evalsets" / "incidents"
+
+
+@dataclass
+class IncidentResult:
+    number: int
+    name: str
+    seed_figure: str  # what the seed recorded (its words and numbers), labelled as the seed's
+    measured: str  # what the replay measured here, in one sentence
+    model: str
+    holds: bool | None  # None: n/a in this configuration (``measured`` says why)
+    principle: str
+    variants_held: int = 0
+    variants: int = 0  # variants that could be measured here: held + not reproduced + violated
+    variants_na: int = 0  # variants that could not (each with its reason in details)
+    not_reproduced: int = 0  # the before did not fail either
+    violated: int = 0  # the after let the failure through
+    before: str = ""  # the production code and setting the before runs
+    after: str = ""
+    details: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def status(self) -> str:
+        return "n/a" if self.holds is None else ("holds" if self.holds else "FAILS")
+
+    @property
+    def variants_text(self) -> str:
+        """``"6/6 variants"``, ``"3/7 variants, 4 not reproduced"``, ``"6/6 variants, 1 n/a"``, ``"n/a"``."""
+        if not self.variants:
+            return "n/a" + (f" ({self.variants_na} variants)" if self.variants_na else "")
+        parts = [f"{self.variants_held}/{self.variants} variants"]
+        parts += [f"{n} {what}" for n, what in ((self.not_reproduced, "not reproduced"), (self.violated, "violated"),
+                                                (self.variants_na, "n/a")) if n]
+        return ", ".join(parts)
+
+    @property
+    def variants_share(self) -> float | None:
+        return round(self.variants_held / self.variants, 6) if self.variants else None
+
+
+def load_spec(name: str) -> dict:
+    """An incident's authored data, ``evalsets/incidents/<name>``; a clear error naming the file."""
+    path = INCIDENTS_DIR / name
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot read the incident's data: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def settings_for(settings, data_dir: str | Path, **overrides):
+    """The replay's settings: the configured ones in a throw-away data directory."""
+    return settings.with_overrides({"paths.data_dir": str(data_dir), **overrides})
+
+
+def input_window(embedder) -> tuple[int | None, str]:
+    """(tokens the embedder reads per text, how that is known); None when it cannot be known.
+
+    minilm reads 256 word pieces, mpnet 384; nomic-embed-text runs with a 2,048-token llama.cpp
+    context here (it was trained to 8,192); an Ollama model's window is not visible from here.
+    """
+    inner = getattr(embedder, "inner", embedder)  # the model behind the embedding cache
+    window = inner.input_window() if hasattr(inner, "input_window") else None
+    if window is None:
+        return None, f"{embedder.id}: input window unknown here (no local tokenizer)"
+    return int(window), f"{embedder.id} reads {window} tokens per text (its own tokenizer counts them)"
+
+
+def count_tokens(embedder, text: str) -> int | None:
+    """Tokens of ``text`` as the embedder reads it (its tokenizer, special tokens included)."""
+    inner = getattr(embedder, "inner", embedder)
+    return inner.count_tokens(text) if hasattr(inner, "count_tokens") else None
+
+
+HELD, NOT_REPRODUCED, VIOLATED, NA = "held", "not reproduced", "violated", "n/a"
+
+
+def classify(before_failed: bool, after_prevented: bool) -> str:
+    """A measurable variant's status: the after's failure first (a broken defence is never hidden)."""
+    if not after_prevented:
+        return VIOLATED
+    return HELD if before_failed else NOT_REPRODUCED
+
+
+def verdict(statuses: list[str]) -> bool | None:
+    """The incident's verdict from its variants' statuses (see the module docstring)."""
+    measured = [s for s in statuses if s != NA]
+    if not measured:
+        return None
+    return VIOLATED not in measured and HELD in measured
+
+
+def counts(statuses: list[str]) -> dict[str, int]:
+    """The IncidentResult fields for these statuses."""
+    return {"variants_held": statuses.count(HELD), "variants": sum(s != NA for s in statuses),
+            "variants_na": statuses.count(NA), "not_reproduced": statuses.count(NOT_REPRODUCED),
+            "violated": statuses.count(VIOLATED)}

@@ -1,0 +1,86 @@
+"""Incident 3, stale fact: similarity alone ranks a statement above its later correction.
+
+The seed stored "my favourite colour is teal" and later its correction; asked for the colour, its
+memory returned the stale statement first (0.781 against 0.725), because a negation barely moves
+an embedding: the seed measured cos("teal", "not teal") 0.86 against 0.39 for an unrelated word
+(this project measured 0.91 against 0.36 for "bicycle" with nomic-embed-text in-process).
+
+Every authored variant (``evalsets/incidents/stale_fact.yaml``) goes through the real memory
+(``open_memory``, no LLM consolidation): the statement dated 30 days before the question, its
+correction 1 day before. *Before*: ``memory.recency=false`` (similarity alone); *after*: the
+configured memory (recency re-ranking, half-life ``memory.half_life_days``). A variant holds when
+the stale statement is first before and the correction first after.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from ...factory import open_memory
+from ...models.base import cosine
+from .common import IncidentResult, classify, counts, load_spec, settings_for, verdict
+
+NOW = datetime(2026, 6, 1, 12, tzinfo=timezone.utc)  # fixed, so the same data gives the same ranks
+STALE_AGE_DAYS, CORRECTION_AGE_DAYS = 30, 1
+SEED = ("stale 0.781 vs correction 0.725; cos(teal, not teal) 0.86 vs 0.39 for an unrelated word "
+        "(the seed, nomic-embed-text via Ollama); this project's nomic-embed-text measurement: 0.91 vs "
+        "0.36 (bicycle)")
+PRINCIPLE = "similarity alone ranks the stale statement above its correction; recency re-ranking puts the correction first"
+
+
+def _top_texts(settings, embedder, variants, *, add: bool) -> dict[str, list]:
+    """Each variant's ranking (text, similarity, score) from a memory opened with ``settings``."""
+    mem = open_memory(settings, embedder, infer=False)
+    try:
+        if add:
+            for v in variants:
+                user = f"incident3-{v['id']}"
+                mem.add(v["stale"], user_id=user, created_at=NOW - timedelta(days=STALE_AGE_DAYS))
+                mem.add(v["correction"], user_id=user, created_at=NOW - timedelta(days=CORRECTION_AGE_DAYS))
+        return {v["id"]: [(h.text, round(h.similarity, 4), round(h.score, 4))
+                          for h in mem.search(v["question"], user_id=f"incident3-{v['id']}", k=2, now=NOW)]
+                for v in variants}
+    finally:
+        mem.close()
+
+
+def stale_fact(settings, embedder) -> IncidentResult:
+    variants = load_spec("stale_fact.yaml")["variants"]
+    with tempfile.TemporaryDirectory(prefix="adiyan-incident3-") as tmp:
+        after_settings = settings_for(settings, Path(tmp))
+        before_settings = after_settings.with_overrides({"memory.recency": False})
+        before = _top_texts(before_settings, embedder, variants, add=True)
+        after = _top_texts(after_settings, embedder, variants, add=False)  # the same stored memories
+    rows, closer = [], 0
+    for v in variants:
+        t, neg, other = embedder.embed(list(v["negation"]), None)  # as the seed compared them: no prefix
+        cos_neg, cos_other = cosine(t, neg), cosine(t, other)
+        sims = {text: sim for text, sim, _ in before[v["id"]]}
+        row = {"id": v["id"], "question": v["question"],
+               "before_first": before[v["id"]][0][0] if before[v["id"]] else None,
+               "after_first": after[v["id"]][0][0] if after[v["id"]] else None,
+               "stale_similarity": sims.get(v["stale"]), "correction_similarity": sims.get(v["correction"]),
+               "after_scores": [s for _, _, s in after[v["id"]]],
+               "negation": list(v["negation"]), "cos_negation": round(cos_neg, 4), "cos_unrelated": round(cos_other, 4)}
+        row["stale_first_before"] = row["before_first"] == v["stale"]
+        row["correction_first_after"] = row["after_first"] == v["correction"]
+        row["status"] = classify(before_failed=row["stale_first_before"], after_prevented=row["correction_first_after"])
+        closer += cos_neg > cos_other
+        rows.append(row)
+    n, statuses = len(rows), [r["status"] for r in rows]
+    first = rows[0]
+    measured = (f"stale first by similarity alone in {sum(r['stale_first_before'] for r in rows)}/{n}, "
+                f"correction first with recency (half-life {settings.memory.half_life_days:g} d) in "
+                f"{sum(r['correction_first_after'] for r in rows)}/{n}; a negation is closer than an unrelated "
+                f"word in {closer}/{n} (here: cos({first['negation'][0]}, {first['negation'][1]}) "
+                f"{first['cos_negation']:.2f} vs {first['negation'][2]} {first['cos_unrelated']:.2f})")
+    return IncidentResult(3, "stale fact", SEED, measured, embedder.id, verdict(statuses), PRINCIPLE, **counts(statuses),
+                          before="open_memory with memory.recency=false (similarity alone)",
+                          after="open_memory as configured (recency re-ranking)",
+                          details={"variants": rows, "negation_closer": closer, "now": NOW.isoformat(),
+                                   "stale_age_days": STALE_AGE_DAYS, "correction_age_days": CORRECTION_AGE_DAYS,
+                                   "half_life_days": settings.memory.half_life_days,
+                                   "seed_cos_teal_not_teal": 0.86, "seed_cos_unrelated": 0.39,
+                                   "project_nomic_cos_teal_not_teal": 0.91, "project_nomic_cos_bicycle": 0.36})

@@ -1,0 +1,89 @@
+"""What a run says about how far its own numbers can be trusted: the judge and the score floor.
+
+``invoke eval`` turns the judge's calibration and the floor's decision into
+
+- the ``ragas_llm`` metric group: the judge's agreement with its 95% interval and the number of
+  labelled pairs, ``judge_reliable``, and per judged metric its mean, ``.n`` (the questions the
+  mean is over) and ``.failed``;
+- named warnings (``metrics.json`` → ``warnings``, shown at the top of ``report.html`` and in
+  the summary): ``judge_unreliable``, ``floor_cannot_separate``, ``floor_not_measured``,
+  ``floor_calibrated_on_scored_set``, ``floor_not_measured_on_scored_set``;
+- the summary's lines, where an unreliable judge's metrics are marked and never read as plain
+  numbers.
+"""
+
+from __future__ import annotations
+
+from ..report import judged_unreliable
+from ..retrieval.floor import FloorDecision
+
+
+def judged_group(judged: dict) -> dict:
+    """The ``ragas_llm`` metric group of a run from what ``_ragas_llm`` returned."""
+    cal = judged["calibration"]
+    group = {"judge_agreement": cal["agreement"], "judge_agreement_ci_low": cal["ci95_low"],
+             "judge_agreement_ci_high": cal["ci95_high"], "judge_calibration_pairs": cal["n"],
+             "judge_reliable": float(cal["reliable"])}
+    for name, s in judged["summary"].get("metrics", {}).items():
+        group[name] = s.get("mean")
+        group[f"{name}.n"] = s.get("ok")  # the mean is over the rows the judge scored validly
+        group[f"{name}.failed"] = s.get("failed")
+    return group
+
+
+def warnings_for(judged: dict | None, decision: FloorDecision | None, floor_details: dict | None,
+                 scored_hash: str = "") -> list[dict]:
+    """Named warnings of a run: ``[{"name", "message"}]``, judge first."""
+    out = []
+    if judged is not None and not judged["calibration"]["reliable"]:
+        cal, sample = judged["calibration"], judged["summary"].get("sample", {})
+        names = ", ".join(judged["summary"].get("metrics", {}))
+        out.append({"name": "judge_unreliable",
+                    "message": f"{cal['why']} ({cal['judge']}): {names} are shown struck and are not results; "
+                               f"computed on {sample.get('n_scored')} question(s) to check the wiring. "
+                               "Point eval.judge at a capable model."})
+    if decision is not None:
+        if decision.warning:
+            out.append({"name": decision.warning, "message": decision.reason})
+        cal = decision.calibration or {}
+        if cal.get("evalset_hash") and scored_hash.startswith(str(cal["evalset_hash"])):
+            out.append({"name": "floor_calibrated_on_scored_set",
+                        "message": f"the floor of {decision.embedder_id} was calibrated on {cal.get('evalset')}, "
+                                   "the set this run scores: its J flatters it. Recalibrate on a disjoint set "
+                                   "(adiyan calibrate-floor --write)."})
+        if floor_details and not floor_details.get("measured", True):
+            out.append({"name": "floor_not_measured_on_scored_set", "message": floor_details.get("why", "")})
+    return out
+
+
+def _fmt(v) -> str:
+    return f"{v:.3f}" if isinstance(v, float) else f"{v}"
+
+
+def group_line(m: dict, group: str, vals: dict) -> str:
+    """One summary line per metric group. A judged mean is printed with its n; one from an
+    unreliable judge is bracketed and marked, never a plain number."""
+    shown = []
+    for k, v in vals.items():
+        base, _, suffix = k.rpartition(".")
+        if suffix in ("n", "failed") and base in vals:
+            continue  # printed beside its mean
+        if group == "ragas_llm" and k == "judge_agreement" and "judge_agreement_ci_low" in vals:
+            lo, hi = vals.get("judge_agreement_ci_low"), vals.get("judge_agreement_ci_high")
+            shown.append(f"{k}={_fmt(v)} [95% CI {_fmt(lo)}-{_fmt(hi)}, {vals.get('judge_calibration_pairs')} pairs]")
+            continue
+        if k in ("judge_agreement_ci_low", "judge_agreement_ci_high", "judge_calibration_pairs"):
+            continue
+        if f"{k}.n" in vals:
+            extra = f"n={vals[f'{k}.n']}" + (f", {vals[f'{k}.failed']} failed" if vals.get(f"{k}.failed") else "")
+            if judged_unreliable(m.get("metrics") or {}, group, k):
+                shown.append(f"{k}=[UNRELIABLE {_fmt(v)}, {extra}]")
+            else:
+                shown.append(f"{k}={_fmt(v)} ({extra})")
+            continue
+        shown.append(f"{k}={_fmt(v)}")
+    return f"  {group:<10} " + "  ".join(shown)
+
+
+def warning_lines(m: dict) -> list[str]:
+    return [f"  WARNING {w['name']}: {w['message']}" for w in m.get("warnings") or []]

@@ -1,0 +1,81 @@
+"""The benchmarks' own rules, without running them: the latency benchmark never measures something
+other than what it names (missing data raises), its filters let 50% and 5% through, its real-text
+spans partition the text, and run_all marks a suite ok only when its target and checks pass."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import latency  # noqa: E402
+import run_all  # noqa: E402
+import sweep_cost  # noqa: E402
+
+
+def test_latency_fails_instead_of_falling_back_to_random_vectors(tmp_path, monkeypatch):
+    monkeypatch.setattr(latency, "SHARED", tmp_path)  # no corpora here
+    with pytest.raises(latency.MissingData, match="SciFact is not loadable"):
+        latency.scifact_vectors(10)
+    with pytest.raises(latency.MissingData, match="shared corpora"):
+        latency.real_text_units()
+    (tmp_path / "scifact").mkdir()
+    (tmp_path / "scifact" / "corpus.jsonl").write_text('{"_id": "1", "title": "A b c d.", "text": "E f g h."}\n')
+    for name in ("clapnq_dev", "xquad_en"):
+        (tmp_path / name / "beir").mkdir(parents=True)
+        (tmp_path / name / "beir" / "corpus.jsonl").write_text('{"_id": "p", "text": "One two three four."}\n')
+        (tmp_path / name / "qa.jsonl").write_text('{"question": "Why?"}\n')
+    (tmp_path / "scifact" / "queries.jsonl").write_text('{"_id": "q", "text": "What?"}\n')
+    with pytest.raises(latency.MissingData, match="only 3 distinct real text spans"):
+        latency.real_text_units()  # too few spans is an error too, never a smaller set
+
+
+def test_latency_filters_let_half_and_a_twentieth_through():
+    rows, masks = latency.payloads(100_000, 0)
+    assert masks["none"].all()
+    assert masks["access_50"].mean() == pytest.approx(0.50, abs=0.005)
+    assert masks["own_private_5"].mean() == pytest.approx(0.05, abs=0.002)
+    # the masks are what the engine filters select, read from the payload itself
+    for i in range(0, 100_000, 997):
+        p = rows[i]
+        assert masks["access_50"][i] == (p["visibility"] == "global" or p["owner_identity"] == "owner-1")
+        assert masks["own_private_5"][i] == (p["visibility"] == "private" and p["owner_identity"] == "owner-0")
+
+
+def test_real_text_spans_partition_the_text():
+    text = ("Alterations of the architecture of cerebral white matter can affect development, and result in "
+            "disabilities. A line scan was applied: to measure the coefficient, to calculate anisotropy, and to "
+            "delineate fibres. Short one.")
+    got = latency.spans(text)
+    assert got == ["Alterations of the architecture of cerebral white matter can affect development,",
+                   "and result in disabilities.", "A line scan was applied:",
+                   "to measure the coefficient,", "to calculate anisotropy, and to delineate fibres. Short one."]
+    assert " ".join(got).split() == text.split()  # every word once, in order
+
+
+def test_run_all_marks_ok_only_when_target_and_checks_pass():
+    grid = {"ratio_warm_to_cold": 0.12, "meets_target": True}
+    good = {"checks": {"ef.recall_rises_with_ef": True}, "meets_target": True, "target_warm_to_cold": 0.5,
+            "grids": {"ef": grid}}
+    assert run_all.verdict("sweep_cost", good) == []
+    slow = {**good, "meets_target": False, "grids": {"ef": {"ratio_warm_to_cold": 0.8, "meets_target": False}}}
+    assert run_all.verdict("sweep_cost", slow) == ["target missed: ef: warm/cold 0.8 above 0.5"]
+    idle = {**good, "checks": {"ef.recall_rises_with_ef": False}}
+    assert run_all.verdict("sweep_cost", idle) == ["check failed: ef.recall_rises_with_ef"]
+    assert run_all.verdict("ingest", {"meets_target": False, "ratio_ingest_to_embed": 1.6, "target_ratio": 1.3}) == \
+        ["target missed: ratio 1.6 above 1.3"]
+    assert run_all.verdict("latency", {"checks": {}, "meets_target": None}) == \
+        ["target not measured: the real_text set was not run"]
+    assert run_all.verdict("latency", {"checks": {}, "meets_target": None}, quick=True) == []
+
+
+def test_sweep_cost_checks_that_points_do_real_work():
+    ef = [{"metrics": {"indexed_share": 1.0, "recall@10": r}} for r in (0.93, 0.99, 1.0)]
+    assert sweep_cost.checks_for("ef", ef) == {"hnsw_built_for_every_point": True, "recall_rises_with_ef": True}
+    flat = [{"metrics": {"indexed_share": 0.0, "recall@10": 1.0}} for _ in range(3)]  # brute force: ef does nothing
+    assert sweep_cost.checks_for("ef", flat) == {"hnsw_built_for_every_point": False, "recall_rises_with_ef": False}
+    cached = [{"metrics": {"n_chunks": n, "index_embedded_texts": e}} for n, e in ((214, 214), (134, 0))]
+    assert sweep_cost.checks_for("chunk_size", cached)["every_point_embedded_texts"] is False
