@@ -140,3 +140,34 @@ def test_shipped_floors_are_calibrated_on_data_disjoint_from_the_scored_set():
         assert f["youden_j"] == pytest.approx(f["tpr"] - f["fpr"], abs=2e-4), emb
     # the seed's configured 0.55 for nomic-embed-text is measured on the same data
     assert floors["nomic-embed-text"]["configured"]["floor"] == 0.55
+
+
+def test_the_report_says_what_the_floor_removes_and_that_it_cannot_separate(tmp_path):
+    """The run (metrics.json as run_eval writes it) -> report.html: a floor with J < floor_min_j
+    is named at the top and the report says what it would remove on the scored set; not silent."""
+    import json
+
+    from adiyan.eval.reliability import warnings_for
+    from adiyan.report import write_run_report
+
+    qs = [EvalQuestion("a", "qa", "x", ["o/gold.md"], [], "lookup"),
+          EvalQuestion("b", "qb", "y", ["o/gold2.md"], [], "lookup")]
+    ranking = {"qa": [("o/gold.md", 0.62), ("o/x.md", 0.50)], "qb": [("o/z.md", 0.55), ("o/gold2.md", 0.33)]}
+    d = floor_decision(RetrievalConfig(score_floors={}), "minilm", {"minilm": {**CAL, "floor": 0.35}})
+    group, details = floor_effect(_FixedRetriever(ranking), SimpleNamespace(questions=qs), d, k=2)
+    warnings = warnings_for(None, d, details, scored_hash="ff" * 32)
+    assert [w["name"] for w in warnings] == ["floor_cannot_separate"]  # disjoint: no other floor warning
+    run = tmp_path / "run-floor"
+    run.mkdir()
+    (run / "metrics.json").write_text(json.dumps({
+        "run_id": "run-floor", "created_at": "2026-12-03T09:00:00+00:00", "config_hash": "ab" * 32,
+        "models": {"embedder": {"id": "minilm"}}, "dataset": {"name": "adiyan_full", "hash": "ff" * 32},
+        "metrics": {"floor": group}, "warnings": warnings,
+        "floor": {**{k: v for k, v in d.as_dict().items() if k != "calibration"}, "calibration": d.calibration,
+                  "effect": details}}), encoding="utf-8")
+    html = write_run_report(run).read_text(encoding="utf-8")
+    assert '<li id="warning-floor_cannot_separate"><b>floor_cannot_separate</b>' in html
+    assert "NOT applied" in html and "0.150 &lt; 0.2" in html
+    # top 2 without a floor: relevant 0.62, 0.33 (1 under 0.35); irrelevant 0.50, 0.55 (none under)
+    assert "the floor would remove (not applied) 1 of 2 relevant and 0 of 2 irrelevant chunks" in html
+    assert "Calibrated on <b>xquad_en-test</b>" in html

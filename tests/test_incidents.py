@@ -17,6 +17,7 @@ from adiyan.agent import TIERS
 from adiyan.eval import incidents as I
 from adiyan.eval.incidents import IncidentResult, format_table, incident_metrics, replay_all, summary
 from adiyan.eval.incidents import permissions as incident5
+from adiyan.eval.incidents import slides as incident4
 from adiyan.ingest.report import ExtractionReport
 
 # minilm's calibrated floor when the variants were measured (models/floors.yaml of 2026-12-02), set
@@ -107,6 +108,18 @@ def test_image_only_slides_fail_when_empty_slides_go_unnamed(settings, monkeypat
     assert r.holds is False and r.violated == 5 and r.details["silent_before"] == 5
 
 
+def test_image_only_slides_before_shows_nothing_if_ocr_none_is_ignored(settings, monkeypatch):
+    parse_cached = incident4.parse_cached
+
+    def ocr_always_on(data, filename, ingest, cache=None):  # the before's ingest.ocr=none, ignored
+        return parse_cached(data, filename, ingest.model_copy(update={"ocr": "rapidocr"}), cache)
+
+    monkeypatch.setattr(incident4, "parse_cached", ocr_always_on)
+    r = I.image_only_slide(settings, None)
+    # only the slide whose picture holds no text is still lost before: 5/5 drops to 1/5
+    assert r.variants_text == "1/5 variants, 4 not reproduced" and r.details["lost_before"] == 1
+
+
 # -- 1. chunk dilution (the knowledge base, heading-blind vs structural) ---------------------------
 
 
@@ -123,6 +136,20 @@ def test_chunk_dilution_holds_inside_minilms_window(settings, minilm):
             assert max(v["before_tokens"], v["after_tokens"], v["question_tokens"]) <= 256
             assert v["before_chunks"] == 1 and v["after_chunks"] == 5  # five sections, five chunks
             assert v["before_score"] < 0.2865 <= v["after_score"]
+
+
+@pytest.mark.slow
+def test_chunk_dilution_without_a_floor_is_na_but_names_window_and_scores(make_settings, minilm):
+    """No floor applies (minilm's calibrated one has J < 0.2, so `invoke replay` runs without
+    one): n/a, never "holds", and the sentence still states the window and the measured cosines."""
+    r = I.chunk_dilution(make_settings(), minilm)
+    assert r.holds is None and r.variants_text == "n/a (7 variants)"
+    assert "minilm's 256-token window" in r.measured and "no score floor applies to minilm" in r.measured
+    rows = {v["id"]: v for v in r.details["variants"]}
+    assert rows["seed_notes"]["na_reason"].startswith("503 tokens, past minilm's 256")
+    inside = [v for v in rows.values() if v["na_reason"] == "no floor"]
+    assert len(inside) == 6 and all(v["after_score"] > v["before_score"] for v in inside)
+    assert "in 6/6 variants" in r.measured
 
 
 @pytest.mark.slow

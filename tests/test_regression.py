@@ -1,6 +1,13 @@
-"""Regression checking: pass, fail and not-checked are told apart."""
+"""Regression checking: pass, fail and not-checked are told apart; a privacy probe its owner cannot
+retrieve fails the run."""
 
+from pathlib import Path
+from types import SimpleNamespace
+
+from adiyan.eval.evalset import EvalDocument, EvalQuestion
+from adiyan.eval.harness import question_rows, retrieval_metrics
 from adiyan.eval.regression import check, load_cases
+from adiyan.types import RetrievalResult, RetrievedChunk
 
 CASES = [
     {"id": "a", "metric": "retrieval.hit_rate@4", "per_embedder": {"minilm": {"measured": 0.9, "floor": 0.8}}},
@@ -29,3 +36,45 @@ def test_the_seeds_case_is_recorded():
     seed = case["per_embedder"]["nomic-embed-text"]
     assert case["metric"] == "incidents.1_chunk_dilution_variants_held"
     assert (seed["seed_before"], seed["seed_after"], seed["seed_floor"]) == (0.496, 0.665, 0.55)
+
+
+# -- privacy probes must be able to fail: the owner retrieves what the outsider must not --------
+
+
+class _ByRequester:
+    """Fixed rankings per (question, requester): a stand-in for the engine, control flow only."""
+
+    config = SimpleNamespace(kb_top_k=4)
+
+    def __init__(self, rankings):
+        self.rankings = rankings
+
+    def depth(self, k):
+        return 10
+
+    def retrieve(self, question, requester):
+        chunks = [RetrievedChunk(src, 0, 0.5, "", {"visibility": vis, "owner_identity": src.split("/")[0]})
+                  for src, vis in self.rankings.get((question, requester), [])]
+        return RetrievalResult(question, chunks, 0.0)
+
+
+def _probe_metrics(owner_sees_it: bool) -> dict:
+    docs = [EvalDocument(Path("x"), "salary.md", "alice", "private"), EvalDocument(Path("y"), "faq.md", "shared", "global")]
+    qs = [EvalQuestion("p1", "what is alice's salary?", "", [], [], "unanswerable", "bob",
+                       {"probe_private": "salary.md"})]
+    rankings = {("what is alice's salary?", "bob"): [("shared/faq.md", "global")],  # the outsider: no leak
+                ("what is alice's salary?", "alice"): [("alice/salary.md", "private")] if owner_sees_it
+                else [("shared/faq.md", "global")]}
+    index = SimpleNamespace(evalset=SimpleNamespace(documents=docs, questions=qs))
+    return retrieval_metrics(question_rows(index, _ByRequester(rankings)), 4)
+
+
+def test_a_probe_its_owner_cannot_retrieve_fails_the_regression():
+    case = {c["id"]: c for c in load_cases()}["privacy-probes-owner-retrieved"]
+    assert case["metric"] == "privacy.probes_owner_retrieved" and case["per_embedder"]["*"]["floor"] == 1.0
+    good, blind = _probe_metrics(True), _probe_metrics(False)
+    # no leak either way: probes_leaked alone cannot tell a working filter from a blind search
+    assert good["privacy"]["probes_leaked"] == blind["privacy"]["probes_leaked"] == 0
+    assert good["privacy"]["probes_owner_retrieved"] == 1.0 and blind["privacy"]["probes_owner_retrieved"] == 0.0
+    assert next(r for r in check(good, "minilm", "adiyan_full", [case])).status == "pass"
+    assert next(r for r in check(blind, "minilm", "adiyan_full", [case])).status == "fail"

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from ...factory import open_kb, open_retriever, score_floor
+from ...retrieval.floor import floor_decision
 from .common import (
     INCIDENTS_DIR, NA, IncidentResult, classify, count_tokens, counts, input_window, load_spec, settings_for, verdict,
 )
@@ -49,14 +50,16 @@ def chunk_dilution(settings, embedder) -> IncidentResult:
     base = {"floor": floor, "input_window": window, "window_note": window_note, "mode": settings.retrieval.mode,
             "before_chunking": before_cfg, "after_chunking": {**after_cfg, "chunking.size": settings.chunking.size,
                                                               "chunking.overlap": settings.chunking.overlap}}
-    if settings.retrieval.mode != "dense" or floor <= 0:
-        why = (f"retrieval.mode={settings.retrieval.mode}: no floor applies to its scores"
-               if settings.retrieval.mode != "dense"
-               else f"no score floor applies to {embedder.id} in this configuration (the pipeline's floor is "
-                    f"{floor:g}; retrieval.score_floors.{embedder.id} would set one)")
-        return IncidentResult(1, "chunk dilution", SEED, f"n/a: {why}; dilution can only drop a fact under a floor",
-                              embedder.id, None, PRINCIPLE, **counts([NA] * len(variants)),
+    if settings.retrieval.mode != "dense":  # fused / BM25 scores: no floor, and no cosine to report
+        why = f"retrieval.mode={settings.retrieval.mode}: no floor applies to its scores"
+        return IncidentResult(1, "chunk dilution", SEED, f"n/a: {why}; dilution can only drop a fact under a floor "
+                              f"({window_note})", embedder.id, None, PRINCIPLE, **counts([NA] * len(variants)),
                               details={**base, "na_reason": why})
+    no_floor = None  # why no floor can drop a fact here; the scores are measured all the same
+    if floor <= 0:
+        no_floor = (f"no score floor applies to {embedder.id} in this configuration (the pipeline's floor is "
+                    f"{floor:g}: {floor_decision(settings.retrieval, embedder.id).reason}; "
+                    f"retrieval.score_floors.{embedder.id} would set one)")
     rows = {v["id"]: {"id": v["id"], "position": v["position"], "question": v["question"]} for v in variants}
     with tempfile.TemporaryDirectory(prefix="adiyan-incident1-") as tmp:
         for label, cfg in (("before", before_cfg), ("after", after_cfg)):
@@ -86,9 +89,24 @@ def chunk_dilution(settings, embedder) -> IncidentResult:
             row["status"], row["na_reason"] = NA, window_note
         elif max(sizes) > window:
             row["status"], row["na_reason"] = NA, f"{max(sizes)} tokens, past {embedder.id}'s {window}-token window"
+        elif no_floor:
+            row["status"], row["na_reason"] = NA, "no floor"
         else:  # the failure: the floor drops the fact; the defence: structural chunks keep it
             row["status"] = classify(before_failed=not row["before_kept"], after_prevented=row["after_kept"])
     statuses = [r["status"] for r in rows.values()]
+    if no_floor:  # the scores inside the window, without a verdict: nothing can fall under a floor
+        inside = [r for r in rows.values() if r.get("na_reason") == "no floor"]
+        past = [r for r in rows.values() if r["status"] == NA and r not in inside]
+        measured = (f"n/a: {no_floor}; dilution can only drop a fact under a floor. Scores without one: "
+                    + (f"the fact's cosine rose from {min(r['before_score'] for r in inside):.3f}–"
+                       f"{max(r['before_score'] for r in inside):.3f} (one chunk per file) to "
+                       f"{min(r['after_score'] for r in inside):.3f}–{max(r['after_score'] for r in inside):.3f} "
+                       f"(structural chunks) in {sum(r['after_score'] > r['before_score'] for r in inside)}/"
+                       f"{len(inside)} variants within {embedder.id}'s {window}-token window" if inside
+                       else f"no variant fits {window_note}")
+                    + "".join(f"; {r['id']} past the window ({r['na_reason']})" for r in past))
+        return IncidentResult(1, "chunk dilution", SEED, measured, embedder.id, None, PRINCIPLE, **counts(statuses),
+                              details={**base, "na_reason": no_floor, "variants": list(rows.values())})
     measured_rows = [r for r in rows.values() if r["status"] != NA]
     n = len(measured_rows)
     if n:

@@ -55,8 +55,9 @@ def image_only_slide(settings, embedder) -> IncidentResult:
             rows.append({"deck": deck["file"], "slide": int(number), "words": list(words), "before": b, "after": a,
                          "lost_before": lost, "named_before": named, "silent_before": lost and not named,
                          "words_found_after": found, "after_ok": after_ok,
-                         # the parser's defence is two-sided: a name for every empty slide, text where OCR finds it
-                         "status": classify(before_failed=lost, after_prevented=named and after_ok)})
+                         # the parser's defence is two-sided: a name for every empty slide (a slide the before
+                         # did not lose needs none), text where OCR finds it
+                         "status": classify(before_failed=lost, after_prevented=(named or not lost) and after_ok)})
     n = len(rows)
     if ocr == "none":
         return IncidentResult(4, "image-only slide", SEED, "n/a: ingest.ocr=none in this configuration, so the after "

@@ -74,7 +74,10 @@ def stale_fact(settings, embedder) -> IncidentResult:
     measured = (f"stale first by similarity alone in {sum(r['stale_first_before'] for r in rows)}/{n}, "
                 f"correction first with recency (half-life {settings.memory.half_life_days:g} d) in "
                 f"{sum(r['correction_first_after'] for r in rows)}/{n}; a negation is closer than an unrelated "
-                f"word in {closer}/{n} (here: cos({first['negation'][0]}, {first['negation'][1]}) "
+                f"word in {closer}/{n} (cosine to the negation {min(r['cos_negation'] for r in rows):.2f}–"
+                f"{max(r['cos_negation'] for r in rows):.2f}, to the unrelated word "
+                f"{min(r['cos_unrelated'] for r in rows):.2f}–{max(r['cos_unrelated'] for r in rows):.2f}; "
+                f"the seed's pair here: cos({first['negation'][0]}, {first['negation'][1]}) "
                 f"{first['cos_negation']:.2f} vs {first['negation'][2]} {first['cos_unrelated']:.2f})")
     return IncidentResult(3, "stale fact", SEED, measured, embedder.id, verdict(statuses), PRINCIPLE, **counts(statuses),
                           before="open_memory with memory.recency=false (similarity alone)",
