@@ -11,8 +11,9 @@ inside functions, and fails on an upward import or a cycle):
   2   kb: the write path and the engine search under the access policy
   3   retrieval: the pipeline (transform -> search -> floor -> re-rank -> cut) and its stages
   4   memory, generation
-  5   factory: open_kb / open_retriever / open_memory (nothing is assembled by hand)
-  6   agent
+  5   factory: open_kb / open_retriever / open_memory (nothing is assembled by hand); context: the three-part
+      context of a conversation turn (facts, relevant history, message) and persisted conversations
+  6   agent, ask (a person's question: generation or the agent, with sources and the hidden count)
   7   report (HTML through the metric registry)
   8   eval: harness, scoring, judge, incidents, the run behind ``invoke eval``
   9   experiments: one module per notebook, built on the eval harness
@@ -27,13 +28,13 @@ __version__ = "0.1.0"
 
 LAYERS = {
     "adiyan.config": 0, "adiyan.types": 0, "adiyan.eval.metrics": 0,
-    "adiyan.cache": 1, "adiyan.store": 1, "adiyan.ingest": 1, "adiyan.chunking": 1, "adiyan.models": 1,
-    "adiyan.kb": 2, "adiyan.kb_policy": 2, "adiyan.kb_batch": 2, "adiyan.kb_bm25": 2,
+    "adiyan.cache": 1, "adiyan.store": 1, "adiyan.ingest": 1, "adiyan.chunking": 1, "adiyan.chunking_llamaindex": 1, "adiyan.models": 1,
+    "adiyan.kb": 2, "adiyan.kb_policy": 2, "adiyan.kb_batch": 2, "adiyan.kb_bm25": 2, "adiyan.kb_pages": 2,
     "adiyan.retrieval": 3,
     "adiyan.memory": 4, "adiyan.generation": 4,
-    "adiyan.factory": 5,
-    "adiyan.agent": 6,
-    "adiyan.report": 7,
+    "adiyan.factory": 5, "adiyan.context": 5,
+    "adiyan.agent": 6, "adiyan.ask": 6,
+    "adiyan.report": 7, "adiyan.report_index": 7, "adiyan.report_agent": 7,
     "adiyan.eval": 8,
     "adiyan.experiments": 9,
     "adiyan.sweeps": 10,

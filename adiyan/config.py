@@ -95,13 +95,17 @@ class IngestConfig(_Section):
     archive_max_members: int = Field(1000, ge=1)
     archive_max_total_bytes: int = Field(200_000_000, ge=1)
     archive_max_ratio: float = Field(100.0, gt=1)
+    # A PDF of at least this many pages is a book: also stored page by page in <prefix>book_pages (adiyan/kb_pages.py)
+    book_min_pages: int = Field(10, ge=1)
 
 
 class ChunkingConfig(_Section):
     # auto (the design's default): authored Markdown is split on headings first, then by size;
     # converted formats (PDF, DOCX, HTML...) with the recursive splitter. Any other value forces
     # that one strategy for every document.
-    strategy: Literal["auto", "fixed", "recursive", "markdown", "semantic"] = "auto"
+    # llamaindex:* are LlamaIndex node parsers (adiyan/chunking_llamaindex.py; sizes converted at 4 chars a token)
+    strategy: Literal["auto", "fixed", "recursive", "markdown", "semantic", "llamaindex:sentence", "llamaindex:token",
+                      "llamaindex:markdown", "llamaindex:semantic"] = "auto"
     size: int = Field(800, ge=50)  # characters
     overlap: int = Field(100, ge=0)
     min_size: int = Field(200, ge=0)  # semantic chunker's minimum chunk size
@@ -126,10 +130,21 @@ class RetrievalConfig(_Section):
     mode: Literal["dense", "bm25", "hybrid"] = "dense"
     rrf_k: int = Field(60, ge=1)
     hybrid_prefetch: int = Field(50, ge=1)  # candidates per side before fusion
+    # How hybrid fuses its dense and BM25 lists (adiyan/retrieval/fusion.py): rrf in the engine, or
+    # client-side over the two prefetch lists: dbsf (Qdrant's mean ± 3σ) or convex, fusion_weight ·
+    # norm(dense) + (1 − fusion_weight) · norm(bm25) with fusion_norm minmax | z. prf_docs > 0: dense
+    # pseudo-relevance feedback, q + prf_weight · mean(top prf_docs chunk vectors), then search again.
+    fusion: Literal["rrf", "dbsf", "convex"] = "rrf"
+    fusion_weight: float = Field(0.5, ge=0, le=1)
+    fusion_norm: Literal["minmax", "z"] = "minmax"
+    prf_docs: int = Field(0, ge=0)
+    prf_weight: float = Field(0.5, ge=0)
     rerank: bool = False
     rerank_model: str = "mpnet"
     rerank_overfetch: int = Field(4, ge=1)
-    query_transform: Literal["none", "split", "hyde"] = "none"  # adiyan/retrieval/transform.py
+    # history_rules | history_llm rewrite a conversation's follow-up into a standalone question; only
+    # entry points that pass the history (adiyan/context.py, the conversations eval) honour them
+    query_transform: Literal["none", "split", "hyde", "history_rules", "history_llm"] = "none"  # adiyan/retrieval/transform.py
     # TEST-ONLY: search without the requester's access filter, the seed's second incident.
     # Only the incident replay may build such a retriever (Retriever.from_settings refuses it
     # unless the caller passes allow_unscoped=True); every entry point refuses it by name.
@@ -146,6 +161,18 @@ class MemoryConfig(_Section):
     infer: bool | None = None
 
 
+class ConversationConfig(_Section):
+    """The three-part context of a conversation turn (adiyan/context.py): facts, history, message."""
+
+    history_window: int = Field(6, ge=0)  # most recent turns (user and assistant) considered
+    # a history turn is kept when its cosine with the new message reaches this (embedder's space)
+    history_min_relevance: float = Field(0.2, ge=-1, le=1)
+    # a conversation fact is kept when its cosine with the message reaches this (coaching facts always
+    # compete) and its recency-weighted score is at least this share of the best fact's
+    facts_min_similarity: float = Field(0.2, ge=-1, le=1)
+    facts_min_relative: float = Field(0.5, ge=0, le=1)
+
+
 class GenerationConfig(_Section):
     context_budget_tokens: int = Field(2500, ge=64)
     strict_grounding: bool = True
@@ -156,10 +183,21 @@ class AgentConfig(_Section):
     # The default tier grants general_reasoning, the fallback route. false is TEST-ONLY: the
     # seed's tier table (its fifth incident) for the incident replay's router; the agent refuses it.
     default_tier_fallback: bool = True
+    # Tokens of the rendered scratchpad in each decision prompt (findings first, then open
+    # questions, actions, documents, leads); None = generation.context_budget_tokens. Always
+    # capped by the model's context window (issue 14: swept by sweeps/agent.yaml).
+    scratchpad_budget_tokens: int | None = Field(None, ge=64)
 
 
 class EvalConfig(_Section):
     evalset: Path = Path("evalsets/adiyan_full")
+    # answer: single-shot (retrieve top k, grounded generation). agent: the same, plus the ReAct
+    # agent over every question (adiyan/eval/agent_eval.py), scored with the same metrics beside
+    # its steps, tool calls, cap hits and latency (issue 14).
+    mode: Literal["answer", "agent"] = "answer"
+    # agent mode: every question is run this many times; the latency spread is over these runs
+    # (the design's "variance" needs at least 3; 1 or 2 only for quick checks)
+    agent_repeats: int = Field(3, ge=1)
     generate: bool = True  # answer every question with the LLM
     incidents: bool = True  # replay the five incidents as part of the run
     # The LLM judge: an LLM name as in llm.name (smollm2, ollama:NAME, openai-compatible:URL), or
@@ -189,6 +227,7 @@ class Settings(_Section):
     chunking: ChunkingConfig = Field(default_factory=ChunkingConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    conversation: ConversationConfig = Field(default_factory=ConversationConfig)
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)

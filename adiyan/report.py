@@ -1,4 +1,4 @@
-"""HTML reports for evaluation runs: one page per run and an index comparing runs.
+"""HTML reports for evaluation runs: one page per run (the index of runs is adiyan/report_index.py).
 
 Pages must open offline (air-gapped review, archived artefacts), so everything is inline:
 CSS in a <style> block, plots as matplotlib SVG, no scripts, fonts or images by URL.
@@ -12,7 +12,6 @@ import math
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import quote
 
 import matplotlib
 
@@ -23,6 +22,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from markupsafe import Markup  # noqa: E402
 
 from .eval import metrics as M  # noqa: E402
+from .report_agent import agent_section  # noqa: E402
 
 COLORS = {"hit": "#1b9e77", "miss": "#d95f02", "n/a": "#9e9e9e"}
 _RC = {"svg.hashsalt": "adiyan", "text.parse_math": False, "font.size": 9}  # parse_math: ids may hold "$"
@@ -247,26 +247,12 @@ RUN_TEMPLATE = """<!DOCTYPE html>
 {% for q in questions %}<tr><td>{{ q.id }}</td><td>{{ q.kind }}</td><td>{{ q.question }}</td><td class="{{ status(q) }}">{{ fmt(q.hit) }}</td><td class="num">{{ fmt(q.reciprocal_rank) }}</td><td>{{ fmt(q.keyword_hit) }}</td><td>{{ (q.retrieved or [{}])[0].source }}</td><td class="num">{{ fmt(top(q)) }}</td><td class="num">{{ fmt(q.latency_s) }}</td></tr>
 {% endfor %}</table>
 
-<h2>Timings and cache</h2>
+{{ agent }}<h2>Timings and cache</h2>
 <table>{% for k, v in (m.timings or {}).items() %}<tr><th>{{ k }}</th><td class="num">{{ fmt(v) }}</td></tr>
 {% endfor %}{% for k, v in (m.cache or {}).items() %}<tr><th>cache {{ k }}</th><td class="num">{{ fmt(v) }}</td></tr>
 {% endfor %}</table>
 <details><summary>Resolved config</summary><pre>{{ config_json }}</pre></details>
 </body></html>
-"""
-
-INDEX_TEMPLATE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>Evaluation runs</title><style>{{ css }}</style></head><body>
-<h1>Evaluation runs ({{ rows|length }})</h1>
-<p>Best per column by the metric registry's direction; an unreliable judge's metrics are struck, badged and never best; a judged mean shows its sample size.</p>
-<table><tr><th>run</th><th>date</th><th>dataset</th><th>embedder</th><th>llm</th><th>config</th><th>warnings</th>{% for g, n in cols %}<th>{{ g }}<br>{{ n }}</th>{% endfor %}</tr>
-{% for r in rows %}<tr><td><a href="{{ r.href }}">{{ r.run_id }}</a></td><td>{{ r.created_at }}</td><td>{{ r.dataset }}</td><td>{{ r.embedder }}</td><td>{{ r.llm }}</td><td><code>{{ r.config }}</code></td><td>{% for w in r.warnings %}<span class="badge" title="{{ w.message }}">{{ w.name }}</span> {% endfor %}</td>{% for c in r.cells %}{% if c.unreliable %}<td class="num"><span class="unreliable">{{ c.text }}</span> <span class="badge">unreliable judge</span></td>{% else %}<td class="num{% if c.best %} best{% endif %}">{{ c.text }}</td>{% endif %}{% endfor %}</tr>
-{% endfor %}</table>
-{% if trend %}<h2>Retrieval metrics across runs</h2>
-{{ trend }}
-{% endif %}{% if broken %}<h2>Skipped run directories</h2>
-<ul>{% for name, reason in broken %}<li><code>{{ name }}</code>: {{ reason }}</li>{% endfor %}</ul>
-{% endif %}</body></html>
 """
 
 _env = Environment(autoescape=True, keep_trailing_newline=True)
@@ -304,7 +290,8 @@ def write_run_report(run_dir: Path) -> Path:
     html = _env.from_string(RUN_TEMPLATE).render(
         m=m, ds=m.get("dataset") or {}, questions=questions, failures=failures, plots=plots,
         has_config=(run_dir / "config.yaml").exists(),
-        config_json=json.dumps(m.get("config", {}), indent=2, ensure_ascii=False))
+        config_json=json.dumps(m.get("config", {}), indent=2, ensure_ascii=False),
+        agent=agent_section(run_dir, m.get("metrics") or {}))  # eval.mode=agent: traces
     out = run_dir / "report.html"
     out.write_text(html, encoding="utf-8")
     return out
@@ -329,57 +316,3 @@ def _direction(group: str, name: str) -> str:
         return M.direction(group, name)
     except M.UnregisteredMetric:
         return M.NEUTRAL
-
-
-def write_index(reports_dir: Path) -> Path:
-    """Write reports_dir/index.html comparing all runs, newest first; broken runs listed, not fatal."""
-    reports_dir = Path(reports_dir)
-    runs, broken = [], []
-    for d in sorted(p for p in reports_dir.iterdir() if p.is_dir()):
-        if not (d / "metrics.json").exists():
-            continue
-        try:
-            m = _load_run(d / "metrics.json")
-        except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            broken.append((d.name, f"{type(e).__name__}: {e}"))
-            continue
-        m["_dir"] = d.name
-        runs.append(m)
-    runs.sort(key=lambda m: (_parse_time(m.get("created_at")), str(m["run_id"])), reverse=True)
-
-    # a judged mean's sample size is shown in its cell, not as a column of its own
-    cols = list(dict.fromkeys((g, n) for m in reversed(runs) for g, vals in m["metrics"].items()
-                              for n in vals if not (n.endswith(".n") and n[:-2] in vals)))
-    best = {}
-    for g, n in cols:
-        d = _direction(g, n)
-        vals = [v for m in runs if (v := _num(m["metrics"].get(g, {}).get(n))) is not None
-                and not judged_unreliable(m["metrics"], g, n)]
-        if len(vals) >= 2 and d != M.NEUTRAL:
-            best[(g, n)] = max(vals) if d == M.HIGHER else min(vals)
-
-    def model(m, role):
-        x = (m.get("models") or {}).get(role)
-        return x.get("id", "—") if isinstance(x, dict) else (x or "—")
-
-    rows = []
-    for m in runs:
-        cells = []
-        for g, n in cols:
-            v = m["metrics"].get(g, {}).get(n)
-            size = _n_of(m["metrics"], g, n)
-            bad = v is not None and judged_unreliable(m["metrics"], g, n)
-            cells.append({"text": ("" if v is None else fmt(v)) + (f" (n={size})" if v is not None and size is not None
-                                                                  else ""),
-                          "unreliable": bad, "best": not bad and (g, n) in best and _num(v) == best[(g, n)]})
-        rows.append({"run_id": m["run_id"], "href": f"{quote(m['_dir'])}/report.html",
-                     "created_at": m.get("created_at") or "—",
-                     "dataset": (m.get("dataset") or {}).get("name", "—"),
-                     "embedder": model(m, "embedder"), "llm": model(m, "llm"),
-                     "config": _short(m.get("config_hash")), "cells": cells,
-                     "warnings": [w for w in m.get("warnings") or [] if isinstance(w, dict) and "name" in w]})
-    trend = _plot_trend(runs) if len(runs) >= 2 else None
-    html = _env.from_string(INDEX_TEMPLATE).render(rows=rows, cols=cols, trend=trend, broken=broken)
-    out = reports_dir / "index.html"
-    out.write_text(html, encoding="utf-8")
-    return out

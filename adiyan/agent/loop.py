@@ -92,7 +92,9 @@ class Agent:
     def _scratchpad_budget(self, fixed_prompt: str) -> int:
         ctx = int(getattr(self.llm, "context_size", 2048) or 2048)
         room = int((ctx - self.decision_max_tokens) * 0.8) - approx_tokens(fixed_prompt)
-        return max(64, min(self.settings.generation.context_budget_tokens, room))
+        # agent.scratchpad_budget_tokens (None: the generation budget), within the model's window
+        budget = self.settings.agent.scratchpad_budget_tokens or self.settings.generation.context_budget_tokens
+        return max(64, min(budget, room))
 
     def decision_messages(self, question: str, pad: Scratchpad, step: int, max_steps: int) -> list[ChatMessage]:
         tools = "\n".join(f"- {t.signature()}: {t.description}" for t in self.visible_tools())
@@ -158,10 +160,13 @@ class Agent:
         self.last_steps = list(steps)
         return err
 
-    def run(self, question: str) -> AgentResult:
+    def run(self, question: str, *, context=None) -> AgentResult:
+        """``context``: a conversation turn's three parts (adiyan.context.TurnContext); its facts and
+        relevant history go into the final grounded generation, in that order before the message."""
         max_steps = self.settings.agent.max_steps
         steps: list[StepTrace] = []
         self.last_steps = steps
+        self._turn_context = context
         try:
             route = route_request(question, self.requester)
         except AuthorizationError as err:
@@ -241,7 +246,10 @@ class Agent:
         t0 = time.perf_counter()
         if pad.findings:
             chunks = self._finding_chunks(pad)
-            ans = answer_question(self.llm, question, chunks, self.settings)
+            tc = getattr(self, "_turn_context", None)
+            ans = answer_question(self.llm, question, chunks, self.settings,
+                                  memory=tc.fact_lines() if tc is not None else (),
+                                  history=tc.history_messages() if tc is not None else ())
             meta = {"latency_s": time.perf_counter() - t0, "prompt_tokens": ans.prompt_tokens,
                     "completion_tokens": ans.completion_tokens, "used": ans.used,
                     "rejected_model_answer": model_answer or None}

@@ -18,10 +18,16 @@ from pathlib import Path
 
 import yaml
 
+from .arrow import cached_dataset, json_column
 from .beir import load_beir
 
 REQUIRED_KEYS = {"id", "question", "gold_answer", "gold_sources", "answer_keywords", "kind"}
 KINDS = {"lookup", "paraphrase", "exact_token", "multi_hop", "unanswerable", "private"}
+
+
+# the columns of Evalset.to_dataset()
+QUESTION_COLUMNS = {"id": "string", "question": "string", "gold_answer": "string", "gold_sources": "list<string>",
+                    "answer_keywords": "list<string>", "kind": "string", "requester": "string", "extra": "string"}
 
 
 class EvalsetError(ValueError):
@@ -75,6 +81,17 @@ class Evalset:
         return h.hexdigest()
 
     _questions_file: str = "questions.jsonl"
+
+    def to_dataset(self, cache_dir=None):
+        """One row per question as a ``datasets.Dataset`` (Arrow, memory-mapped), cached under
+        ``cache_dir`` (default ``$ADIYAN_DATASET_CACHE`` or ``~/.cache/adiyan/datasets``) by
+        :meth:`content_hash` (its ``_fingerprint`` derives from that hash alone): editing any file of
+        the set builds a new one. Columns: the question file's fields (``gold_sources`` as source keys),
+        ``requester`` and ``extra`` (the other keys of a row, as a JSON string)."""
+        return cached_dataset(f"evalset-{re.sub(r'[^A-Za-z0-9_.-]+', '_', self.name)}", self.content_hash(),
+                              lambda: [{**{k: getattr(q, k) for k in QUESTION_COLUMNS if k != "extra"},
+                                        "extra": json_column(q.extra)} for q in self.questions],
+                              columns=QUESTION_COLUMNS, cache_dir=cache_dir)
 
     def to_pandas(self):
         import pandas as pd  # heavy: pandas loads only when a notebook asks for a frame
@@ -212,3 +229,119 @@ def load_evalset(root: str | Path) -> Evalset:
     es = Evalset(manifest.get("name", root.name), root, docs, questions, manifest.get("description", ""))
     es._questions_file = qfile
     return es
+
+
+# -- conversation evalsets (manifest ``kind: conversations``; evalsets/conversations/README.md) ----
+TURN_KINDS = {"opener", "pronoun", "ellipsis", "statement", "memory", "correction", "coaching", "doc_memory"}
+_TURN_KEYS = {"at", "kind", "message", "standalone", "reply", "gold_sources", "answer_keywords", "remember", "recall",
+              "stale"}
+
+
+@dataclass
+class ConversationTurn:
+    at: str  # ISO-8601 with a timezone: when the user wrote the message
+    message: str
+    kind: str
+    gold_sources: list[str]  # source keys
+    answer_keywords: list[str]
+    remember: list[dict]  # facts the user states in this turn: {"id", "text", "kind": conversation | coaching}
+    recall: list[str]  # fact ids that must reach the context of this turn
+    stale: list[str]  # fact ids superseded by a later one: must not reach it
+    standalone: str | None = None  # the hand-written standalone question (reference only)
+    reply: str | None = None  # the assistant's reply kept in the history (authored, not generated)
+
+
+@dataclass
+class EvalConversation:
+    id: str
+    user: str
+    topic: str
+    turns: list[ConversationTurn]
+
+
+@dataclass
+class ConversationSet:
+    """Multi-turn conversations over the documents of another evalset (``documents_from``)."""
+
+    name: str
+    root: Path
+    documents: Evalset  # the knowledge base: its index is shared with that evalset
+    conversations: list[EvalConversation]
+    description: str = ""
+    version: int = 1
+
+    def content_hash(self) -> str:
+        h = hashlib.sha256(self.documents.content_hash().encode())
+        for p in sorted(self.root.glob("*.yaml")):
+            h.update(p.name.encode() + b"\x00" + p.read_bytes())
+        return h.hexdigest()
+
+    def turns(self):
+        return [(c, i, t) for c in self.conversations for i, t in enumerate(c.turns)]
+
+
+def is_conversation_set(root: str | Path) -> bool:
+    mpath = Path(root) / "manifest.yaml"
+    return mpath.is_file() and (yaml.safe_load(mpath.read_text(encoding="utf-8")) or {}).get("kind") == "conversations"
+
+
+def load_conversation_set(root: str | Path) -> ConversationSet:
+    """A conversation evalset, checked: unique ids, timezone-aware non-decreasing turn times, gold
+    sources in the documents' manifest, every recalled or stale fact stated in an earlier (or the
+    same) turn, and every stale fact older than some recalled fact of the same turn."""
+    from datetime import datetime  # noqa: PLC0415 - stdlib; keeps this additive block self-contained
+
+    root = Path(root)
+    mpath = root / "manifest.yaml"
+    manifest = yaml.safe_load(mpath.read_text(encoding="utf-8")) or {}
+    if manifest.get("kind") != "conversations":
+        raise EvalsetError(f"{mpath}: not a conversation evalset (kind: conversations)")
+    docs = load_evalset(root / manifest.get("documents_from", "."))
+    owner_of = {d.filename: d.owner for d in docs.documents}
+    cpath = root / manifest.get("conversations", "conversations.yaml")
+    try:
+        raw = yaml.safe_load(cpath.read_text(encoding="utf-8")) or []
+    except yaml.YAMLError as exc:
+        raise EvalsetError(f"{cpath}: not valid YAML: {exc}") from None
+    convs, seen_ids, fact_ids = [], set(), set()
+    for c in raw:
+        cid = c.get("id")
+        where = f"{cpath}: conversation {cid!r}"
+        if not cid or cid in seen_ids or not c.get("user") or len(c.get("turns") or []) < 1:
+            raise EvalsetError(f"{where}: needs a unique id, a user and turns")
+        seen_ids.add(cid)
+        turns, stated, last = [], {}, None
+        for n, t in enumerate(c["turns"], 1):
+            tw = f"{where} turn {n}"
+            unknown = set(t) - _TURN_KEYS
+            if unknown or not t.get("message") or t.get("kind") not in TURN_KINDS:
+                raise EvalsetError(f"{tw}: needs message and a kind in {sorted(TURN_KINDS)}; unknown keys {sorted(unknown)}")
+            try:
+                at = datetime.fromisoformat(str(t["at"]))
+            except (KeyError, ValueError):
+                raise EvalsetError(f"{tw}: 'at' must be an ISO-8601 time") from None
+            if at.tzinfo is None or (last is not None and at < last):
+                raise EvalsetError(f"{tw}: 'at' {t['at']} needs a timezone and must not go back in time")
+            last = at
+            bad = [s for s in t.get("gold_sources") or [] if s not in owner_of]
+            if bad:
+                raise EvalsetError(f"{tw}: gold source(s) {bad} are not documents of {docs.root}")
+            for f in t.get("remember") or []:
+                if f.get("id") in fact_ids or not f.get("text") or f.get("kind", "conversation") not in ("conversation", "coaching"):
+                    raise EvalsetError(f"{tw}: fact {f.get('id')!r} needs a unique id, a text and kind conversation|coaching")
+                fact_ids.add(f["id"])
+                stated[f["id"]] = at
+            missing = [i for i in (t.get("recall") or []) + (t.get("stale") or []) if i not in stated]
+            if missing:
+                raise EvalsetError(f"{tw}: recall/stale fact(s) {missing} were not stated before this turn")
+            if t.get("stale") and not any(stated[s] < stated[r] for s in t["stale"] for r in t.get("recall") or []):
+                raise EvalsetError(f"{tw}: a stale fact must be older than a fact recalled in its place")
+            turns.append(ConversationTurn(str(t["at"]), t["message"], t["kind"],
+                                          [f"{owner_of[s]}/{s}" for s in t.get("gold_sources") or []],
+                                          list(t.get("answer_keywords") or []),
+                                          [{"kind": "conversation", **f} for f in t.get("remember") or []],
+                                          list(t.get("recall") or []), list(t.get("stale") or []),
+                                          t.get("standalone"), t.get("reply")))
+        convs.append(EvalConversation(cid, str(c["user"]), c.get("topic", ""), turns))
+    return ConversationSet(manifest.get("name", root.name), root, docs, convs, manifest.get("description", ""),
+                           int(manifest.get("version", 1)))

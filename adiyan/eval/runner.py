@@ -28,11 +28,16 @@ from tqdm.auto import tqdm
 
 from .. import __version__
 from ..cache import CallCache
-from ..report import write_index, write_run_report
+from ..report import write_run_report
+from ..report_index import write_index
 from ..factory import open_llm, open_retriever, score_floor
 from ..retrieval.floor import floor_decision
 from ..generation import answer_question
 from . import metrics as M
+from .agent_eval import run_agent_eval
+from .conversations import run_conversations
+from .evalset import is_conversation_set
+from .arrow import write_per_question
 from .harness import EVAL_REQUESTER, IR_DEPTH, close_index, open_index, question_rows, retrieval_metrics  # noqa: F401
 from .incidents import as_dict as incident_dict
 from .incidents import incident_metrics, replay_all
@@ -128,6 +133,10 @@ def _incident_groups(settings, embedder, run_dir: Path) -> dict:
 
 
 def run_eval(settings, *, progress: bool = True, run_id: str | None = None, incidents: bool | None = None) -> Path:
+    if is_conversation_set(settings.eval.evalset):  # a multi-turn set: replayed turn by turn (conversations.py)
+        replay_incidents = incidents if incidents is not None else settings.eval.incidents
+        return run_conversations(settings, progress=progress, run_id=run_id, incidents=(
+            (lambda emb, run_dir: _incident_groups(settings, emb, run_dir)) if replay_incidents else None))
     t_start = time.perf_counter()
     run_id = run_id or new_run_id(settings)
     run_dir = Path(settings.paths.reports_dir) / run_id
@@ -139,13 +148,16 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
     answer_cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
     try:
         timings = {"ingest_s": time.perf_counter() - t0}
-        llm = open_llm(settings) if settings.eval.generate or settings.retrieval.query_transform == "hyde" else None
+        agent_mode = settings.eval.mode == "agent"  # issue 14: the agent over the same questions (agent_eval.py)
+        llm = open_llm(settings) if settings.eval.generate or agent_mode or \
+            settings.retrieval.query_transform == "hyde" else None
         retriever = open_retriever(settings, kb, llm, cache=answer_cache, entry_point="invoke eval")
         qr = question_rows(index, retriever, progress=progress, desc="retrieve")
         rows = qr.rows
         timings["retrieve_s"] = qr.retrieve_s
         timings["generate_s"] = _answer(rows, qr.results, settings, llm if settings.eval.generate else None,
                                         answer_cache, progress)
+        agent_run = run_agent_eval(settings, index, retriever, llm, qr, progress=progress) if agent_mode else None
         n_chunks = kb.count_chunks()
         floor = floor_decision(settings.retrieval, embedder.id)  # what the floor removes on this set
         floor_metrics, floor_details = floor_effect(retriever, es, floor, settings.retrieval.kb_top_k,
@@ -166,6 +178,11 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         for r, v in zip(rows, values):
             r.setdefault("ragas", {})[name] = v
     groups["floor"] = floor_metrics
+    if agent_run is not None:  # scored by this module's own answer and RAGAS scorers, beside single-shot
+        groups.update(agent_run.metric_groups(_answer_group, _ragas_non_llm))
+        agent_run.annotate(rows)
+        agent_run.write(run_dir)
+        timings["agent_s"] = agent_run.seconds
     judged = _ragas_llm(settings, es, rows, embedder, progress, doc_texts)
     if judged is not None:
         groups["ragas_llm"] = judged_group(judged)
@@ -210,6 +227,7 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
     with open(run_dir / "questions.jsonl", "w", encoding="utf-8") as f:
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    write_per_question(rows, run_dir / "per_question.parquet")  # the same rows, flat columns (pandas / datasets)
     (run_dir / "metrics.json").write_text(json.dumps(out, indent=2, ensure_ascii=False), encoding="utf-8")
     write_run_report(run_dir)
     write_index(Path(settings.paths.reports_dir))

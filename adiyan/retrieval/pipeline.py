@@ -5,11 +5,15 @@
 and the evaluation harness, every experiment and notebook, the agent's tools, ``adiyan search``
 and ``adiyan ask``, and the SciFact benchmark's product path. The steps, in order:
 
-1. **query transformation** (``retrieval.query_transform``: none | split | hyde), see
+1. **query transformation** (``retrieval.query_transform``: none | split | hyde, or
+   history_rules | history_llm for entry points that pass a conversation's history and say so
+   with ``supports_history=True``; every other entry point refuses them by name), see
    :mod:`adiyan.retrieval.transform`;
 2. **engine search** of each transformed query (``retrieval.mode``: dense | bm25 | hybrid,
    fused inside Qdrant), always under the requester's access filter (``KnowledgeBase.search``);
-   several queries are fused by reciprocal rank (``retrieval.rrf_k``);
+   several queries are fused by reciprocal rank (``retrieval.rrf_k``); hybrid may instead fuse
+   by score (``retrieval.fusion``: dbsf | convex) and dense may use pseudo-relevance feedback
+   (``retrieval.prf_docs``), both client-side over the engine's lists (fusion.py);
 3. **score floor** on dense cosine scores (the embedder's floor; bm25 and hybrid scores are
    not similarities, so no floor applies to them and the result says so);
 4. **re-rank** (``retrieval.rerank``) the candidate pool by the ``retrieval.rerank_model``
@@ -32,9 +36,9 @@ from ..config import RetrievalConfig
 from ..models import llm_from_settings
 from ..types import RetrievalResult, RetrievedChunk
 from .floor import resolve_floor
-from .fusion import rrf
+from .fusion import convex, dbsf, rocchio, rrf
 from .rerank import BiEncoderReranker
-from .transform import transform_query
+from .transform import HISTORY_MODES, transform_query
 
 
 class UnsupportedSetting(ValueError):
@@ -51,8 +55,13 @@ class Retriever:
 
     def __init__(self, kb, config: RetrievalConfig, *, floor: float, ef: int | None = None, exact: bool = False,
                  llm=None, reranker=None, cache: CallCache | None = None, allow_unscoped: bool = False,
-                 entry_point: str = "this entry point"):
-        if config.query_transform == "hyde" and llm is None:
+                 entry_point: str = "this entry point", supports_history: bool = False):
+        """``supports_history``: the entry point passes each query's conversation history
+        (``retrieve(..., history=...)``); without it the history transforms are refused by name."""
+        if config.query_transform in HISTORY_MODES and not supports_history:
+            raise UnsupportedSetting(f"retrieval.query_transform={config.query_transform}", entry_point,
+                                     "it rewrites a conversation's follow-up and this entry point has no history")
+        if config.query_transform in ("hyde", "history_llm") and llm is None:
             raise UnsupportedSetting("retrieval.query_transform=hyde", entry_point,
                                      "query_transform=hyde needs an LLM (llm.name) and none was given")
         if config.rerank and reranker is None:
@@ -69,10 +78,13 @@ class Retriever:
         self.reranker = reranker if config.rerank else None
         self.cache = cache
         self.transform_failures = 0  # HyDE generations that came back empty (counted, never hidden)
+        self.entry_point = entry_point
+        self.supports_history = supports_history
 
     @classmethod
     def from_settings(cls, settings, kb, llm=None, *, reranker=None, cache: CallCache | None = None,
-                      allow_unscoped: bool = False, entry_point: str = "this entry point") -> "Retriever":
+                      allow_unscoped: bool = False, entry_point: str = "this entry point",
+                      supports_history: bool = False) -> "Retriever":
         """The pipeline the settings describe over ``kb``.
 
         ``llm`` is needed only for HyDE (loaded from ``llm.*`` when not given); the re-ranker is
@@ -82,15 +94,19 @@ class Retriever:
         if rc.unsafe_unscoped_search and not allow_unscoped:  # refuse before loading anything
             raise UnsupportedSetting("retrieval.unsafe_unscoped_search=true", entry_point,
                                      "it disables the access policy and exists only for the incident replay")
-        if rc.query_transform == "hyde" and llm is None:
+        if rc.query_transform in HISTORY_MODES and not supports_history:  # refuse before loading anything
+            raise UnsupportedSetting(f"retrieval.query_transform={rc.query_transform}", entry_point,
+                                     "it rewrites a conversation's follow-up and this entry point has no history")
+        if rc.query_transform in ("hyde", "history_llm") and llm is None:
             llm = llm_from_settings(settings)
         if rc.rerank and reranker is None:
             reranker = BiEncoderReranker.from_settings(settings)
-        if cache is None and rc.query_transform == "hyde":
-            cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "hyde")
+        if cache is None and rc.query_transform in ("hyde", "history_llm"):
+            cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", rc.query_transform)
         floor = resolve_floor(rc, kb.embedder.id)
         return cls(kb, rc, floor=floor, ef=settings.store.hnsw_ef, exact=settings.store.exact, llm=llm,
-                   reranker=reranker, cache=cache, allow_unscoped=allow_unscoped, entry_point=entry_point)
+                   reranker=reranker, cache=cache, allow_unscoped=allow_unscoped, entry_point=entry_point,
+                   supports_history=supports_history)
 
     # -- the pipeline -----------------------------------------------------------------------
     def depth(self, k: int) -> int:
@@ -103,17 +119,22 @@ class Retriever:
         return d * self.config.rerank_overfetch if self.reranker is not None else d
 
     def retrieve(self, query: str, requester_id: str | None, is_owner: bool = False, *, top_k: int | None = None,
-                 within: str | None = None, floor: float | None = None) -> RetrievalResult:
+                 within: str | None = None, floor: float | None = None, history=None) -> RetrievalResult:
         """The top k chunks for ``query`` that ``requester_id`` may see (``within`` one source).
 
-        ``floor`` overrides the embedder's floor for this call (calibration measures below it).
+        ``floor`` overrides the embedder's floor for this call (calibration measures below it);
+        ``history`` (earlier turns, ``[{"role", "content"}]``, ``[]`` for a first message) is what the
+        history transforms rewrite a follow-up from.
         """
         rc = self.config
         k = top_k or (rc.doc_top_k if within else rc.kb_top_k)
         floor = self.floor if floor is None else float(floor)
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
-        outcome = transform_query(query, rc.query_transform, llm=self.llm, cache=self.cache)
+        if rc.query_transform in HISTORY_MODES and history is None:
+            raise UnsupportedSetting(f"retrieval.query_transform={rc.query_transform}", self.entry_point,
+                                     "retrieve() was called without history= (pass [] for a first message)")
+        outcome = transform_query(query, rc.query_transform, llm=self.llm, cache=self.cache, history=history)
         if outcome.failed:
             self.transform_failures += 1
         timings["transform_s"] = time.perf_counter() - t0
@@ -121,9 +142,8 @@ class Retriever:
         floored = rc.mode == "dense"
         runs, dropped = [], 0
         for q in outcome.queries:
-            hits = self.kb.search(q, self.pool(k), requester_id=requester_id, is_owner=is_owner, within=within,
-                                  mode=rc.mode, rrf_k=rc.rrf_k, prefetch=rc.hybrid_prefetch, ef=self.ef,
-                                  exact=self.exact, unscoped=rc.unsafe_unscoped_search)
+            hits = self._engine(q, self.pool(k), dict(requester_id=requester_id, is_owner=is_owner, within=within,
+                                                      ef=self.ef, exact=self.exact, unscoped=rc.unsafe_unscoped_search))
             if floored:
                 kept = [c for c in hits if c.score >= floor]
                 dropped += len(hits) - len(kept)
@@ -142,6 +162,29 @@ class Retriever:
                                transform_failed=outcome.failed,
                                reranker=getattr(self.reranker, "id", None) if self.reranker is not None else None,
                                floor_applied=floored, timings=timings)
+
+    def _engine(self, q: str, limit: int, scope: dict) -> list[RetrievedChunk]:
+        """Engine search of one query (``scope``: requester, filter and engine knobs), with dense
+        pseudo-relevance feedback when ``prf_docs`` > 0: the first ranking's top chunks move the
+        query vector (fusion.rocchio) and the search runs again with it."""
+        rc = self.config
+        if not rc.prf_docs or rc.mode == "bm25":
+            return self._first_stage(q, limit, scope, None)
+        first = self._first_stage(q, max(limit, rc.prf_docs), scope, None)[: rc.prf_docs]
+        qv = self.kb.embedder.embed([q], "query")[0]
+        if first:  # chunk vectors come from the embedding cache (ingest embedded the same texts)
+            qv = rocchio(qv, self.kb.embedder.embed([c.text for c in first], "document"), rc.prf_weight)
+        return self._first_stage(q, limit, scope, qv)
+
+    def _first_stage(self, q: str, limit: int, scope: dict, qv) -> list[RetrievedChunk]:
+        rc = self.config
+        if rc.mode == "hybrid" and rc.fusion != "rrf":  # score-aware fusion over the two prefetch lists
+            n = max(rc.hybrid_prefetch, limit)
+            dense = self.kb.search(q, n, mode="dense", query_vector=qv, **scope)
+            sparse = self.kb.search(q, n, mode="bm25", **scope)
+            return _fuse_scores(dense, sparse, rc, limit)
+        return self.kb.search(q, limit, mode=rc.mode, rrf_k=rc.rrf_k, prefetch=rc.hybrid_prefetch, query_vector=qv,
+                              **scope)
 
     # -- the read paths that search (the other three are on the KnowledgeBase) ----------------
     def retrieve_knowledge_base(self, query: str, requester_id: str | None, is_owner: bool = False,
@@ -176,12 +219,24 @@ class Retriever:
     def extraction_report(self, source: str, requester_id: str | None, is_owner: bool = False) -> dict:
         return self.kb.extraction_report(source, requester_id, is_owner)
 
+    # the seventh read path: books page by page (adiyan.kb_pages), under the same access policy
+    def search_book_pages(self, query: str, requester_id: str | None, is_owner: bool = False,
+                          top_k: int | None = None, *, within: str | None = None,
+                          floor: float | None = None) -> list[RetrievedChunk]:
+        """The best pages of the permitted books (``page`` in each result's payload)."""
+        if self.kb.book_pages is None:
+            raise UnsupportedSetting("search_book_pages", self.entry_point, "this knowledge base has no book pages "
+                                     "(open it with adiyan.factory.open_kb)")
+        return self.kb.book_pages.search(query, requester_id, is_owner, top_k or self.config.kb_top_k, within=within,
+                                         floor=self.floor if floor is None else floor, ef=self.ef, exact=self.exact)
+
     def describe(self) -> dict:
         rc = self.config
         return {"mode": rc.mode, "query_transform": rc.query_transform, "floor": self.floor if rc.mode == "dense" else None,
                 "rerank": getattr(self.reranker, "id", None), "kb_top_k": rc.kb_top_k, "doc_top_k": rc.doc_top_k,
                 "rank_depth": rc.rank_depth, "rrf_k": rc.rrf_k, "hybrid_prefetch": rc.hybrid_prefetch,
-                "hnsw_ef": self.ef, "exact": self.exact}
+                "hnsw_ef": self.ef, "exact": self.exact, "fusion": rc.fusion, "fusion_weight": rc.fusion_weight,
+                "fusion_norm": rc.fusion_norm, "prf_docs": rc.prf_docs, "prf_weight": rc.prf_weight}
 
 
 def _fuse(runs: list[list[RetrievedChunk]], rrf_k: int) -> list[RetrievedChunk]:
@@ -195,6 +250,17 @@ def _fuse(runs: list[list[RetrievedChunk]], rrf_k: int) -> list[RetrievedChunk]:
             run[c.key] = c.score
         as_runs.append({"q": run})
     fused = rrf(as_runs, rrf_k).get("q", {})
+    return [replace(by_key[key], score=score) for key, score in fused.items()]
+
+
+def _fuse_scores(dense: list[RetrievedChunk], sparse: list[RetrievedChunk], rc: RetrievalConfig,
+                 limit: int) -> list[RetrievedChunk]:
+    """The dense and BM25 lists of one query fused by ``rc.fusion`` (dbsf | convex), cut to ``limit``."""
+    by_key = {c.key: c for c in sparse}
+    by_key.update({c.key: c for c in dense})
+    d, s = {c.key: c.score for c in dense}, {c.key: c.score for c in sparse}
+    fused = (dbsf([d, s], top_k=limit) if rc.fusion == "dbsf"
+             else convex(d, s, rc.fusion_weight, norm=rc.fusion_norm, top_k=limit))
     return [replace(by_key[key], score=score) for key, score in fused.items()]
 
 

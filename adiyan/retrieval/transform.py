@@ -11,6 +11,13 @@
   short passage that would answer the question and that passage is what is searched. The
   passage is cached by prompt hash. With the embedded 135M model the passages are poor: a
   stronger ``llm`` shows what the method can do.
+- ``history_rules`` / ``history_llm``: a follow-up in a conversation ("and how much does it
+  cost?", "what about the Julian Alps Weekend?") is rewritten into a standalone question before
+  embedding, from the previous turns (``Retriever.retrieve(..., history=[{"role", "content"}])``).
+  The rules resolve a pronoun to the newest entity (a product code or a capitalised name) of the
+  previous exchange, swap the entity of the previous question for an elliptical "what about X?",
+  and otherwise prefix the previous question; the LLM variant asks the model for the standalone
+  question (cached by prompt hash; an empty reply falls back to the message and is counted).
 
 The pipeline (:mod:`adiyan.retrieval.pipeline`) searches every transformed query under the
 requester's access filter, so the access policy holds whatever the transformation produces.
@@ -61,8 +68,19 @@ def hyde_passage(question: str, llm, cache=None, *, max_tokens: int = 96) -> str
     return text
 
 
-def transform_query(question: str, mode: str, *, llm=None, cache=None) -> TransformOutcome:
-    """The queries to search for ``question`` under ``mode`` (none | split | hyde)."""
+def transform_query(question: str, mode: str, *, llm=None, cache=None, history=None) -> TransformOutcome:
+    """The queries to search for ``question`` under ``mode`` (none | split | hyde | history_*)."""
+    if mode in HISTORY_MODES:
+        if history is None:
+            raise ValueError(f"retrieval.query_transform={mode} needs the conversation history (history=[])")
+        if mode == "history_rules":
+            return TransformOutcome([rewrite_followup(question, history)])
+        if llm is None:
+            raise ValueError("retrieval.query_transform=history_llm needs an LLM (llm.name)")
+        text = llm_rewrite(question, history, llm, cache)
+        if not text:
+            return TransformOutcome([question], failed="history_llm: the LLM wrote nothing; searched the message")
+        return TransformOutcome([text])
     if mode == "none":
         return TransformOutcome([question])
     if mode == "split":
@@ -75,8 +93,128 @@ def transform_query(question: str, mode: str, *, llm=None, cache=None) -> Transf
         if not passage:  # counted by the pipeline and reported, never relabelled as a HyDE search
             return TransformOutcome([question], failed="hyde: the LLM wrote an empty passage; searched the question")
         return TransformOutcome([passage])
-    raise ValueError(f"retrieval.query_transform: unknown mode {mode!r} (none | split | hyde)")
+    raise ValueError(f"retrieval.query_transform: unknown mode {mode!r} (none | split | hyde | history_rules | history_llm)")
 
 
-def transformed_queries(question: str, mode: str, *, llm=None, cache=None) -> list[str]:
-    return transform_query(question, mode, llm=llm, cache=cache).queries
+def transformed_queries(question: str, mode: str, *, llm=None, cache=None, history=None) -> list[str]:
+    return transform_query(question, mode, llm=llm, cache=cache, history=history).queries
+
+
+# -- the history transformation: a follow-up rewritten into a standalone question -------------------
+HISTORY_MODES = ("history_rules", "history_llm")
+_CODE = re.compile(r"\b[A-Z]{2}-[A-Z]{2,4}-\d{1,3}\b")
+_WORD = re.compile(r"[A-Za-zÀ-ž][\wÀ-ž'’.-]*")
+# capitalised words that start questions or stand for the speaker, never an entity
+_NOT_ENTITY = {"I", "I'm", "I've", "I'd", "I'll", "Im", "A", "An", "The", "And", "But", "So", "Or", "If", "Is", "Are",
+               "Do", "Does", "Did", "Can", "Could", "Will", "Would", "Should", "May", "What", "Which", "Who", "Whom",
+               "Whose", "When", "Where", "Why", "How", "Tell", "Please", "Yes", "No", "OK", "Ok", "Thanks", "Thank",
+               "My", "Our", "We", "You", "Your", "It", "Its", "This", "That", "There", "They", "Just", "Also", "Hi",
+               "Hello", "Good", "Update", "Change", "In", "On", "At", "For", "With", "From", "To", "Be", "Explain",
+               "Always", "Never", "Every", "Ask", "Give", "Let", "Let's", "Now"}
+_CONNECTOR = {"of", "am", "de", "di", "del", "von", "van", "la", "le"}
+_PRONOUN = re.compile(r"\b(?:(?:that|this|the same|those|these)\s+(?:tour|trip|trek|hut|hotel|voucher|form|one|place|"
+                      r"route|code|guide|weekend|discount)|its|it|them|they|their|there|that|this|one|he|she|him|her)\b",
+                      re.IGNORECASE)
+_EXISTENTIAL = re.compile(r"\b(?:is|are|was|were|be)\s+there\b|\bthere\s+(?:is|are|was|were)\b", re.IGNORECASE)
+_ELLIPSIS = re.compile(r"^\s*(?:(?:and|but|so)\s+)?(?:what|how)\s+about\s+(?P<x>.+?)\s*[?.!]*\s*$", re.IGNORECASE)
+_LEADING = re.compile(r"^\s*(?:and|but|so|also|ok|okay)\b[\s,]*", re.IGNORECASE)
+LLM_REWRITE_PROMPT = (
+    "Rewrite the user's last message as one standalone question that can be understood without the "
+    "conversation. Replace pronouns with what they refer to and keep names, codes and numbers. Reply with the "
+    "question only.\n\nConversation:\n{history}\n\nLast message: {message}\n\nStandalone question:")
+
+
+def entities(text: str) -> list[str]:
+    """Capitalised names and product codes in ``text``: names of several words, then codes, then
+    single capitalised words (weak: never substituted for a pronoun), each group in order."""
+    codes = _CODE.findall(text)
+    multi, single = [], []
+    for sentence in re.split(r"(?<=[.?!])\s+", text):
+        words = [(m.group().rstrip(".,;:!?'’"), m.start()) for m in _WORD.finditer(sentence)]
+        run: list[str] = []
+        for i, (w, _) in enumerate(words + [("", -1)]):
+            cap = bool(w) and w[0].isupper() and w not in _NOT_ENTITY and not _CODE.fullmatch(w)
+            if cap or (run and w.lower() in _CONNECTOR and i + 1 < len(words) and words[i + 1][0][:1].isupper()):
+                run.append(w)
+                continue
+            if run:
+                (multi if len(run) > 1 else single).append(" ".join(run))
+            run = []
+    return list(dict.fromkeys(multi + codes + single))
+
+
+def _previous(history) -> tuple[str | None, str | None]:
+    """The previous user message and the assistant's reply after it (either may be None)."""
+    turns = [t for t in history if t.get("content")]
+    user = reply = None
+    for t in reversed(turns):
+        if t.get("role") == "assistant" and user is None and reply is None:
+            reply = t["content"]
+        elif t.get("role") == "user":
+            user = t["content"]
+            break
+    return user, reply
+
+
+def rewrite_followup(message: str, history) -> str:
+    """``message`` as a standalone question, by rules, given the earlier ``history`` turns.
+
+    Earlier user turns are first rewritten the same way (oldest first), so a chain of follow-ups
+    resolves against its first named subject. An empty history returns the message unchanged.
+    """
+    resolved: list[dict] = []
+    for t in history:
+        if t.get("role") == "user" and t.get("content"):
+            resolved.append({"role": "user", "content": _rewrite_one(t["content"], resolved)})
+        elif t.get("content"):
+            resolved.append({"role": t.get("role", "assistant"), "content": t["content"]})
+    return _rewrite_one(message, resolved)
+
+
+def _rewrite_one(message: str, history: list[dict]) -> str:
+    prev, reply = _previous(history)
+    if prev is None:
+        return message
+    m = _ELLIPSIS.match(message)
+    if m:  # "what about X?": the previous question with X in place of its subject
+        x = re.sub(r"^(?:the)\s+", "", m.group("x").strip(), flags=re.IGNORECASE)
+        subject = next(iter(entities(prev)), None)
+        return prev.replace(subject, x, 1) if subject else f"{prev} {x}"
+    own = entities(message)
+    text = _EXISTENTIAL.sub(lambda mm: mm.group().replace("there", "thére"), message)  # shield "is there"
+    pron = _PRONOUN.search(text)
+    connector = bool(_LEADING.match(message))
+    if pron is None and (own or not connector):
+        return message
+    strong = [e for src in (reply, prev) if src for e in entities(src) if " " in e or _CODE.fullmatch(e)]
+    referent = strong[0] if strong else None
+    body = _LEADING.sub("", message)
+    word = pron.group() if pron is not None else ""
+    noun = word.split()[-1].lower() if " " in word else None
+    if noun and noun != "one" and referent and noun not in referent.lower():
+        referent = None  # "that voucher" does not name the tour of the previous turn: keep the question
+    if pron is not None and referent and not own:
+        sub = f"{referent}'s" if word.lower() == "its" else (f"at {referent}" if word.lower() == "there" else referent)
+        body = _LEADING.sub("", text[: pron.start()] + sub + text[pron.end():]).replace("thére", "there")
+        return body[:1].upper() + body[1:]
+    return f"{prev.rstrip()} {body}"  # no referent to put in: the previous question carries the subject
+
+
+def llm_rewrite(message: str, history, llm, cache=None, *, max_tokens: int = 64, turns: int = 6) -> str:
+    """The LLM's standalone version of ``message`` ("" when it wrote nothing), cached by prompt hash."""
+    lines = [f"{'User' if t.get('role') == 'user' else 'Assistant'}: {t['content']}"
+             for t in list(history)[-turns:] if t.get("content")]
+    if not lines:
+        return message
+    prompt = LLM_REWRITE_PROMPT.format(history="\n".join(lines), message=message)
+    key = None
+    if cache is not None:
+        key = cache.key({"llm": llm.id, "history_rewrite": prompt, "max_tokens": max_tokens})
+        hit = cache.get(key)
+        if hit is not None and hit.get("text"):
+            return hit["text"]
+    text = llm.chat([ChatMessage("user", prompt)], max_tokens=max_tokens, temperature=0.0).text.strip()
+    text = text.splitlines()[0].strip().strip('"') if text else ""
+    if cache is not None and text:
+        cache.put(key, {"text": text})
+    return text

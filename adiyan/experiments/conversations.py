@@ -1,0 +1,63 @@
+"""The conversations experiment (notebooks/conversations.ipynb; sweep conversations): history
+window size and memory half-life on the conversation evalset.
+
+Each point replays every conversation of ``evalsets/conversations`` (or ``eval.evalset`` when it
+names a conversation set) exactly as ``invoke eval`` does (:func:`adiyan.eval.conversations.replay`:
+the documents' shared index, a fresh scratch mem0 memory opened with the point's ``memory.*``
+settings, the point's ``conversation.*`` and ``retrieval.*`` settings), so the two never disagree.
+The window bounds both the history the rewrite sees (0: no rewrite is possible) and the history
+that reaches the context; the half-life decides which facts survive recency re-ranking.
+Answers only with ``eval.generate`` (the sweep turns it off: the measured quantities are
+retrieval, memory and history, none of which needs the LLM).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ..eval.conversations import conversation_metrics, open_scratch_memory, replay, rewrite_mode
+from ..eval.evalset import is_conversation_set, load_conversation_set
+from ..eval.harness import open_index
+from ..factory import open_llm
+from .common import PointResult
+
+CONVERSATIONS = Path(__file__).resolve().parents[2] / "evalsets" / "conversations"
+PER_TURN = ("hit", "hit_raw", "reciprocal_rank", "rr_raw", "memory_precision", "memory_recall", "stale_in_context",
+            "history_kept", "history_dropped", "keyword_hit")
+
+
+def conversation_set(settings):
+    """``eval.evalset`` when it is a conversation set, else the authored ``evalsets/conversations``."""
+    path = settings.eval.evalset if is_conversation_set(settings.eval.evalset) else CONVERSATIONS
+    return load_conversation_set(path)
+
+
+def evaluate_conversations(settings, *, progress: bool = False) -> PointResult:
+    """Per-turn replay of the conversation set under ``settings``; metrics named as in the sweep group."""
+    cs = conversation_set(settings)
+    index = open_index(settings, str(cs.documents.root), progress=progress)  # shared; closed with the process
+    embedder = index.kb.embedder
+    llm = open_llm(settings) if settings.eval.generate or settings.retrieval.query_transform == "history_llm" else None
+    memory, scratch = open_scratch_memory(settings, embedder)
+    try:
+        rows = replay(settings, cs, index.kb, embedder, llm=llm if settings.eval.generate else None, rewrite_llm=llm,
+                      memory=memory, progress=progress)
+    finally:
+        memory.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    k = settings.retrieval.kb_top_k
+    g = conversation_metrics(rows, k)["conversation"]
+    metrics = {"hit_rate_raw": g[f"hit_rate_raw@{k}"], "hit_rate_rewrite": g[f"hit_rate_rewrite@{k}"],
+               "memory_precision": g["memory_precision"], "memory_recall": g["memory_recall"],
+               "stale_fact_rate": g["stale_fact_rate"], "history_kept_share": g["history_kept_share"]}
+    if g["keyword_recall"] is not None:
+        metrics["keyword_recall"] = g["keyword_recall"]
+    per_turn = [{"qid": r["id"], "kind": r["kind"],
+                 **{name: (float(r[name]) if isinstance(r.get(name), bool) else r.get(name)) for name in PER_TURN}}
+                for r in rows]
+    info = {"conversations": len(cs.conversations), "turns": len(rows), "rewrite": rewrite_mode(settings),
+            "history_window": settings.conversation.history_window,
+            "half_life_days": settings.memory.half_life_days, "recency": settings.memory.recency,
+            "evalset": str(cs.root), "evalset_hash": cs.content_hash(), "embedder": embedder.id}
+    return PointResult(metrics, per_turn, info)
