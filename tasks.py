@@ -76,8 +76,10 @@ def compare(c, run_a, run_b, force=False, config=None):
                                        "jobs": "points at once", "force": "re-run finished points",
                                        "set_": "override for every point: key=value (repeatable)",
                                        "only": "run only this point id (repeatable)",
-                                       "engine": "kernel engine (see python -m adiyan.sweeps --help)"})
-def sweep(c, name=None, jobs=None, force=False, set_=None, only=None, engine=None):
+                                       "engine": "kernel engine (see python -m adiyan.sweeps --help)",
+                                       "executor": "local (default) or ray: each point a Ray task",
+                                       "ray_address": "with --executor ray: join this cluster (HOST:PORT)"})
+def sweep(c, name=None, jobs=None, force=False, set_=None, only=None, engine=None, executor=None, ray_address=None):
     """Run a parameter sweep: one executed notebook per grid point, reports/sweeps/NAME/index.html."""
     args = [name] if name else ["--list"]
     if jobs:
@@ -86,6 +88,10 @@ def sweep(c, name=None, jobs=None, force=False, set_=None, only=None, engine=Non
         args.append(f"--engine {engine}")
     if force:
         args.append("--force")
+    if executor:
+        args.append(f"--executor {executor}")
+    if ray_address:
+        args.append(f"--ray-address {ray_address}")
     args += [f"--only '{o}'" for o in only or []] + [f"--set '{x}'" for x in set_ or []]
     c.run(f"{PY} -m adiyan.sweeps {' '.join(args)}", env=OFFLINE_ENV, pty=False)
 

@@ -43,6 +43,10 @@ byte) and all measured in **characters**:
     seed measured semantic chunking ~14x slower than fixed chunking to index (every sentence
     is embedded once more, before the chunks themselves are embedded).
 
+``llamaindex:sentence|token|markdown|semantic``
+    LlamaIndex's node parsers, see :mod:`adiyan.chunking_llamaindex`; their sizes are tokens, so
+    ``size`` / ``overlap`` are converted at 4 characters a token (800 / 100 -> 200 / 25 tokens).
+
 Every chunk's ``text`` is ``source[start:end]`` (for markdown: heading path, a blank line,
 then ``source[start:end]``), stripped of surrounding whitespace; fixed windows are the
 exception and are kept raw.
@@ -58,6 +62,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+
+from . import chunking_llamaindex
 
 log = logging.getLogger("adiyan.chunking")
 
@@ -360,8 +366,11 @@ def effective_strategy(cfg, authored_markdown: bool = True) -> str:
     strategy = cfg if isinstance(cfg, str) else cfg.strategy
     if strategy == "auto":  # the design's default: headings first for authored Markdown, by size otherwise
         return "markdown" if authored_markdown else "recursive"
+    if strategy.startswith(chunking_llamaindex.PREFIX):  # LlamaIndex node parsers (chunking_llamaindex.py)
+        return chunking_llamaindex.effective(strategy, authored_markdown)
     if strategy not in STRATEGIES:
-        raise ValueError(f"unknown chunking strategy {strategy!r}; choose one of: auto, {', '.join(STRATEGIES)}")
+        raise ValueError(f"unknown chunking strategy {strategy!r}; choose one of: auto, {', '.join(STRATEGIES)}, "
+                         f"{', '.join(chunking_llamaindex.STRATEGIES)}")
     if strategy == "markdown" and not authored_markdown:
         return "recursive"
     return strategy
@@ -377,9 +386,12 @@ def chunk_text(text: str, cfg, *, embedder=None, authored_markdown: bool = True)
     strategy = effective_strategy(cfg, authored_markdown)
     note = ""
     if strategy != cfg.strategy and cfg.strategy != "auto":
-        note = FALLBACK_NOTE
+        note = FALLBACK_NOTE.replace("'recursive'", repr(strategy))
         log.info("chunking: %s", note)
     size, overlap = cfg.size, cfg.overlap
+    if strategy.startswith(chunking_llamaindex.PREFIX):  # node text as LlamaIndex made it; sizes in tokens = chars // 4
+        return [Chunk(i, body, s, e, "", strategy, note) for i, (s, e, body) in
+                enumerate(chunking_llamaindex.llamaindex_spans(text, strategy, size, overlap, embedder=embedder))]
     if strategy == "semantic":
         spans = [(s, e, "") for s, e in semantic_spans(text, embedder, size=size, min_size=cfg.min_size,
                                                        threshold=cfg.semantic_threshold)]

@@ -13,6 +13,7 @@ qrels cannot be scored and would only dilute the mean.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import shutil
@@ -21,6 +22,8 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from .arrow import cached_dataset
 
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
 
@@ -116,6 +119,73 @@ def load_beir(path: str | os.PathLike, split: str = "test") -> BeirData:
                               f"queries.jsonl, e.g. {missing[:3]}")
     queries = {qid: all_queries[qid] for qid in all_queries if qid in qrels}
     return BeirData(corpus=corpus, queries=queries, qrels=qrels, split=split, path=str(root))
+
+
+def _files_hash(files: list[Path]) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\x00" + f.read_bytes())
+    return h.hexdigest()
+
+
+def load_beir_dataset(path: str | os.PathLike, split: str = "test", *, cache_dir=None):
+    """A BEIR folder as a ``datasets.DatasetDict`` of ``corpus`` (``_id``, ``title``, ``text``),
+    ``queries`` (``_id``, ``text``: only the queries judged in ``split``, as :func:`load_beir`)
+    and ``qrels`` (``query-id``, ``corpus-id``, ``score``): Arrow, memory-mapped, each cached
+    by the sha256 of the three files (``adiyan.eval.arrow.cached_dataset``)."""
+    import datasets  # heavy: datasets (~1-7 s), only when a Dataset is asked for
+
+    root = Path(path)
+    files = [_need(root / "corpus.jsonl", "corpus"), _need(root / "queries.jsonl", "queries"),
+             _need(root / "qrels" / f"{split}.tsv", "qrels")]
+    key = _files_hash(files)
+    data: list[BeirData] = []
+
+    def beir() -> BeirData:  # parsed once, and only when a part is not cached yet
+        if not data:
+            data.append(load_beir(root, split))
+        return data[0]
+
+    name = f"beir-{root.parent.name if root.name == 'beir' else root.name}-{split}"
+    return datasets.DatasetDict({
+        "corpus": cached_dataset(f"{name}-corpus", key, lambda: [{"_id": i, **d} for i, d in beir().corpus.items()],
+                                 columns={"_id": "string", "title": "string", "text": "string"}, cache_dir=cache_dir),
+        "queries": cached_dataset(f"{name}-queries", key,
+                                  lambda: [{"_id": i, "text": t} for i, t in beir().queries.items()],
+                                  columns={"_id": "string", "text": "string"}, cache_dir=cache_dir),
+        "qrels": cached_dataset(f"{name}-qrels", key, lambda: [{"query-id": q, "corpus-id": d, "score": r}
+                                                               for q, rel in beir().qrels.items()
+                                                               for d, r in rel.items()],
+                                columns={"query-id": "string", "corpus-id": "string", "score": "int64"},
+                                cache_dir=cache_dir)})
+
+
+def load_qa_dataset(path: str | os.PathLike, *, cache_dir=None):
+    """A QA file (``qa.jsonl`` of ClapNQ / XQuAD in ../shared/datasets: ``id``, ``question``,
+    ``answers``, ``gold_passage_ids``, ``gold_passages``) as a cached, memory-mapped Dataset;
+    a line that is not JSON or lacks ``id`` / ``question`` is an error naming the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise BeirFormatError(f"QA data: {path} does not exist")
+
+    def rows() -> list[dict]:
+        out = []
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise BeirFormatError(f"{path}:{n}: not valid JSON: {exc}") from None
+            if "id" not in r or "question" not in r:
+                raise BeirFormatError(f"{path}:{n}: a QA row needs 'id' and 'question'")
+            out.append({"id": str(r["id"]), "question": r["question"],
+                        **{k: [str(x) for x in r.get(k) or []] for k in ("answers", "gold_passage_ids", "gold_passages")}})
+        return out
+
+    return cached_dataset(f"qa-{path.parent.name}", _files_hash([path]), rows, cache_dir=cache_dir,
+                          columns={"id": "string", "question": "string", "answers": "list<string>",
+                                   "gold_passage_ids": "list<string>", "gold_passages": "list<string>"})
 
 
 def download_beir(name: str, cache_dir: str | os.PathLike, *, url: str | None = None,

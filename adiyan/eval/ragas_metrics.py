@@ -58,6 +58,7 @@ import numpy as np  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
+from .arrow import in_memory_dataset  # noqa: E402
 from .judge import Calibration, Judge, JudgeCallFailed, JudgeStats, judged_metric_flags  # noqa: E402
 
 if TYPE_CHECKING:  # annotations only: ragas itself is imported on first use (_ragas)
@@ -229,15 +230,16 @@ def normalize_row(row: Mapping | EvalRow, index: int = 0, *, id_field: str = "so
 
 def to_ragas_dataset(rows: Sequence[Mapping | EvalRow], *, id_field: str = "source") -> EvaluationDataset:
     """Our rows as a ragas ``EvaluationDataset`` of ``SingleTurnSample`` (user_input,
-    response, retrieved_contexts, retrieved_context_ids, reference, reference_context_ids)."""
+    response, retrieved_contexts, retrieved_context_ids, reference, reference_context_ids),
+    built from a ``datasets.Dataset`` of those columns (ragas 0.4 ``from_hf_dataset``)."""
     ragas = _ragas()
-    samples = []
-    for i, r in enumerate(rows):
-        r = normalize_row(r, i, id_field=id_field)
-        samples.append(ragas.SingleTurnSample(user_input=r.question, response=r.answer,
-                                              retrieved_contexts=r.contexts, retrieved_context_ids=r.retrieved_ids,
-                                              reference=r.reference, reference_context_ids=r.reference_ids))
-    return ragas.EvaluationDataset(samples=samples)
+    cols = {"user_input": "string", "response": "string", "retrieved_contexts": "list<string>",
+            "retrieved_context_ids": "list<string>", "reference": "string", "reference_context_ids": "list<string>"}
+    norm = [normalize_row(r, i, id_field=id_field) for i, r in enumerate(rows)]
+    ds = in_memory_dataset([{"user_input": r.question, "response": r.answer, "retrieved_contexts": r.contexts,
+                             "retrieved_context_ids": r.retrieved_ids, "reference": r.reference,
+                             "reference_context_ids": r.reference_ids} for r in norm], cols)
+    return ragas.EvaluationDataset.from_hf_dataset(ds)
 
 
 def _finite(v: Any) -> float | None:

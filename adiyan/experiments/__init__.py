@@ -9,7 +9,10 @@ hnsw            HNSW recall against exact search, latency, filter      hnsw (hns
 memory          recency half-life on the memory evalset                memory (recency)
 dims            embedding width (Matryoshka) and int8 storage          dims (dims)
 context         the context budget of grounded generation              context (context)
+agent           the ReAct agent vs single-shot (run_eval, agent mode)  agent (agent)
 incidents       the five incident replays                              incidents
+scoring         a point scored like a run: RAGAS, judge, regression    retrieval, chunking, dims,
+                cases (score=True in the experiments above)            context, memory
 common          PointResult, record(output_dir, result), project_root  every notebook
 ==============  =====================================================  =====================
 

@@ -24,6 +24,9 @@ from ..eval import metrics as M
 
 POINT_FILE = "point.json"
 METRIC_GROUP = "sweep"  # the registry group of every experiment metric and per-question score
+# A point's metric named ``group.name`` with one of these groups is that run metric (scored like
+# ``invoke eval``: adiyan.experiments.scoring): ``ragas.rouge_score`` is ragas/rouge_score.
+RUN_GROUPS = ("ragas", "ragas_llm", "regression", "answer")
 
 
 def project_root() -> Path:
@@ -85,15 +88,22 @@ class PointResult:
         return pd.DataFrame(self.per_question)
 
 
+def registry_key(name: str) -> tuple[str, str]:
+    """(group, name) of a point metric: ``ragas.rouge_score`` -> (ragas, rouge_score), else (sweep, name)."""
+    group, dot, rest = name.partition(".")
+    return (group, rest) if dot and group in RUN_GROUPS else (METRIC_GROUP, name)
+
+
 def unregistered(metrics: Mapping[str, Any], per_question: Sequence[Mapping] = ()) -> list[str]:
     """Metric names and numeric per-question score names the registry does not declare."""
-    names = list(metrics) + [k for r in per_question for k, v in r.items() if k != "qid" and is_score(v)]
+    names = [registry_key(n) for n in metrics]
+    names += [(METRIC_GROUP, k) for r in per_question for k, v in r.items() if k != "qid" and is_score(v)]
     out = []
-    for name in dict.fromkeys(names):
+    for group, name in dict.fromkeys(names):
         try:
-            M.lookup(METRIC_GROUP, name)
+            M.lookup(group, name)
         except M.UnregisteredMetric:
-            out.append(name)
+            out.append(name if group == METRIC_GROUP else f"{group}.{name}")
     return out
 
 
@@ -119,7 +129,8 @@ def record(output_dir: str | os.PathLike | None, result: PointResult | Mapping[s
         raise ValueError("every per_question row needs a 'qid'")
     missing = unregistered(metrics, pq)
     if missing:
-        raise M.UnregisteredMetric(f"metric(s) {', '.join(missing)} not registered in group {METRIC_GROUP!r} of "
+        raise M.UnregisteredMetric(f"metric(s) {', '.join(missing)} not registered in group {METRIC_GROUP!r} (or the "
+                                   "group before the dot) of "
                                    "adiyan.eval.metrics.REGISTRY: declare each (direction, range) before recording it")
     if output_dir is None:
         return None
@@ -127,7 +138,9 @@ def record(output_dir: str | os.PathLike | None, result: PointResult | Mapping[s
     out.mkdir(parents=True, exist_ok=True)
     p = out / POINT_FILE
     tmp = p.with_suffix(".tmp")
+    keys = {n: list(registry_key(n)) for n in metrics if registry_key(n)[0] != METRIC_GROUP}
     tmp.write_text(json.dumps(jsonable({"status": "ok", "metrics": metrics, "per_question": pq, "info": inf,
+                                        **({"registry_keys": keys} if keys else {}),
                                         "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}),
                               indent=1, ensure_ascii=False), encoding="utf-8")
     tmp.replace(p)

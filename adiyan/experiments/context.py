@@ -19,14 +19,17 @@ from ..eval.harness import open_index, question_rows
 from ..factory import open_llm, open_retriever
 from ..generation import answer_question
 from .common import PointResult, mean
+from .scoring import merge, score_rows
 
 
-def evaluate_context(settings, evalset=None, *, progress: bool = False) -> PointResult:
+def evaluate_context(settings, evalset=None, *, progress: bool = False, score: bool = False,
+                     answer_questions: int | None = None, regression_cases=None) -> PointResult:
     """Answers under ``generation.context_budget_tokens``: keyword recall, abstention, tokens used.
 
     Retrieves ``retrieval.kb_top_k`` chunks per question with every ``retrieval.*`` setting
     (index from :func:`adiyan.eval.harness.open_index`), assembles the context under the
-    budget and answers with the configured LLM.
+    budget and answers with the configured LLM. ``score`` adds RAGAS over these answers, the
+    judge and the regression cases (:func:`adiyan.experiments.scoring.score_rows`).
     """
     index = open_index(settings, evalset, progress=progress)
     llm = open_llm(settings)
@@ -59,5 +62,9 @@ def evaluate_context(settings, evalset=None, *, progress: bool = False) -> Point
                "answer_cache_misses": float(cache.stats.misses)}
     info = {"llm": llm.id, "budget": settings.generation.context_budget_tokens, "k": settings.retrieval.kb_top_k,
             "evalset": index.evalset.name, "retrieval": retriever.describe()}
-    return PointResult(metrics, [{k: v for k, v in r.items() if k != "answer"} for r in rows],
-                       {**info, "answers": {r["qid"]: r["answer"] for r in rows}})
+    res = PointResult(metrics, [{k: v for k, v in r.items() if k != "answer"} for r in rows],
+                      {**info, "answers": {r["qid"]: r["answer"] for r in rows}})
+    if score:
+        merge(res, score_rows(settings, index, qr, answers=res.info["answers"], answer_questions=answer_questions,
+                              regression_cases=regression_cases, progress=progress))
+    return res

@@ -91,11 +91,13 @@ def storage_report(settings, evalset=None, *, embedder=None, k: int = 10) -> dic
             "quantized_built": float(usage.get("quantized", 0) > 0), "per_question_engine_recall": recall}
 
 
-def evaluate_dims(settings, evalset=None, *, dim: int | None = None, progress: bool = False) -> PointResult:
+def evaluate_dims(settings, evalset=None, *, dim: int | None = None, progress: bool = False,
+                  **scoring) -> PointResult:
     """Retrieval quality at one embedding width (Matryoshka truncation of ``embedder.name``, re-normalised)
-    and storage (``store.quantization`` none | int8), with the engine's recall against exact float32."""
+    and storage (``store.quantization`` none | int8), with the engine's recall against exact float32.
+    ``scoring`` (score, answer_questions, regression_cases) goes to :func:`evaluate_retrieval`."""
     emb = width_embedder(settings, dim=dim, progress=progress)
-    res = evaluate_retrieval(settings, evalset, embedder=emb, progress=progress)
+    res = evaluate_retrieval(settings, evalset, embedder=emb, progress=progress, **scoring)
     st = storage_report(settings, evalset, embedder=emb)
     per_q = st.pop("per_question_engine_recall")
     for row, r in zip(res.per_question, per_q):

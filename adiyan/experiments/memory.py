@@ -27,6 +27,7 @@ from ..eval.harness import dir_lock, held_by_another, replica
 from ..factory import open_embedder, open_memory
 from ..retrieval.pipeline import refuse_settings
 from .common import PointResult, mean
+from .scoring import merge, score_memory
 
 MEMORY_EVALSET = Path(__file__).resolve().parents[2] / "evalsets" / "memory"
 ENTRY_POINT = "the memory experiment"
@@ -154,12 +155,13 @@ def memory_store(settings, es: MemoryEvalset, embedder, *, progress: bool = Fals
 
 
 def evaluate_memory(settings, *, k: int | None = None, evalset: MemoryEvalset | None = None,
-                    progress: bool = False) -> PointResult:
+                    progress: bool = False, score: bool = False, regression_cases=None) -> PointResult:
     """Memory search on the memory evalset with ``memory.half_life_days`` / ``memory.recency``.
 
     Per question (asked at the evalset's "now"): rank of the expected memory among the top k;
     for corrections whether the superseded statement outranks the correction (stale). Metrics:
-    hit@1, MRR, correction_hit@1, stable_hit@1, stale_rate, search latency.
+    hit@1, MRR, correction_hit@1, stable_hit@1, stale_rate, search latency. ``score`` adds RAGAS's
+    ID-based context metrics and the regression cases (:func:`adiyan.experiments.scoring.score_memory`).
     """
     refuse_settings(settings, ENTRY_POINT, honoured=set())
     es = evalset or memory_evalset()
@@ -167,12 +169,13 @@ def evaluate_memory(settings, *, k: int | None = None, evalset: MemoryEvalset | 
     mem = memory_store(settings, es, emb, progress=progress)
     mc = settings.memory
     k = k or mc.top_k
-    rows, lat = [], []
+    rows, lat, ranked_by_q = [], [], {}
     for q in es.questions:
         t0 = time.perf_counter()
         hits = mem.search(q["question"], user_id=q["user"], k=k, now=es.now)
         lat.append(time.perf_counter() - t0)
         ranked = [h.metadata.get("eval_id") for h in hits]
+        ranked_by_q[q["qid"]] = ranked
         rank = ranked.index(q["expected"]) + 1 if q["expected"] in ranked else None
         row = {"qid": q["qid"], "kind": q["kind"], "hit@1": float(rank == 1), "rr": 1.0 / rank if rank else 0.0,
                "top1": ranked[0] if ranked else None, "search_ms": lat[-1] * 1000,
@@ -190,4 +193,7 @@ def evaluate_memory(settings, *, k: int | None = None, evalset: MemoryEvalset | 
             "memories": len(es.memories), "half_life_days": mc.half_life_days, "recency": mc.recency, "k": k,
             "embedder": emb.id, "evalset": str(es.root), "evalset_version": es.version,
             "evalset_hash": es.content_hash()}
-    return PointResult(metrics, rows, info)
+    res = PointResult(metrics, rows, info)
+    if score:
+        merge(res, score_memory(ranked_by_q, es.questions, "memory", emb.id, regression_cases=regression_cases))
+    return res

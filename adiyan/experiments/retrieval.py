@@ -15,9 +15,11 @@ import numpy as np
 from ..eval.harness import IR_DEPTH, open_index, per_question_ir, question_rows, retrieval_metrics
 from ..factory import open_retriever
 from .common import PointResult, mean
+from .scoring import merge, score_rows
 
 
-def evaluate_retrieval(settings, evalset=None, *, embedder=None, progress: bool = False) -> PointResult:
+def evaluate_retrieval(settings, evalset=None, *, embedder=None, progress: bool = False, score: bool = False,
+                       answer_questions: int | None = None, regression_cases=None) -> PointResult:
     """Retrieval-only evaluation of one configuration on an evalset (``eval.evalset`` by default).
 
     Per question: hit and reciprocal rank (``rr``) at ``retrieval.kb_top_k`` over gold sources,
@@ -25,7 +27,8 @@ def evaluate_retrieval(settings, evalset=None, *, embedder=None, progress: bool 
     top-k context (what generation would be handed: the cost side of top-k) and the private
     chunks of other owners in the ranking (must be 0). Every ``retrieval.*`` setting applies,
     because retrieval goes through the pipeline; ``embedder`` replaces the configured one (the
-    dims experiment passes a truncated one).
+    dims experiment passes a truncated one). ``score`` adds what ``invoke eval`` scores (answers,
+    RAGAS, the judge, the regression cases: :func:`adiyan.experiments.scoring.score_rows`).
     """
     index = open_index(settings, evalset, embedder=embedder, progress=progress)
     retriever = open_retriever(settings, index.kb)
@@ -69,4 +72,8 @@ def evaluate_retrieval(settings, evalset=None, *, embedder=None, progress: bool 
             "index_dir": str(index.data_dir), "index_reused": index.reused, "index_open_s": round(index.opened_s, 4),
             "ingest_failed": index.ingest_failures,
             "build": {k_: v for k_, v in b.items() if k_ != "key"}}
-    return PointResult(metrics, rows, info)
+    res = PointResult(metrics, rows, info)
+    if score:
+        merge(res, score_rows(settings, index, qr, answer_questions=answer_questions,
+                              regression_cases=regression_cases, progress=progress))
+    return res

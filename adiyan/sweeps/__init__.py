@@ -33,8 +33,13 @@ bytes, parser settings, parser code), and each evalset's index lives in a data d
 own per (evalset, embedder, chunking, store knobs) (:func:`adiyan.eval.harness.open_index`), so
 a sweep over top-k, ef or half-life embeds and indexes nothing twice.
 
+Every point over an evalset is scored like a run (:mod:`adiyan.experiments.scoring`: RAGAS,
+the judge, the regression cases; ``answer_questions: N`` in a spec answers a seeded sample) and
+the page shows RAGAS per point and the regression cases as a grid. ``--executor ray`` runs the
+points as Ray tasks (:mod:`~adiyan.sweeps.ray_engine`), with the same markers and resume.
+
 Modules: :mod:`~adiyan.sweeps.spec` (spec, grid, point ids, fingerprints, markers),
-:mod:`~adiyan.sweeps.engines` (kernels), :mod:`~adiyan.sweeps.run` (execution, resume, failures,
+:mod:`~adiyan.sweeps.engines` (kernels), :mod:`~adiyan.sweeps.ray_engine` (points as Ray tasks), :mod:`~adiyan.sweeps.run` (execution, resume, failures,
 outputs), :mod:`~adiyan.sweeps.gather` (the table, paired tests, Pareto, best),
 :mod:`~adiyan.sweeps.html` (pages), :mod:`~adiyan.sweeps.cli`. The experiments the notebooks
 call are in :mod:`adiyan.experiments`, a layer below. (``gather``, the function, is not

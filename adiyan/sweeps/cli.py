@@ -10,7 +10,7 @@ from typing import Sequence
 
 from ..config import parse_set
 from .run import run_sweep, write_outputs
-from .spec import ENGINES, OUT_ROOT, SWEEPS_DIR, SweepError, expand, load_spec
+from .spec import ENGINES, EXECUTORS, OUT_ROOT, SWEEPS_DIR, SweepError, expand, load_spec
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -20,6 +20,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=None, help="points at once (one kernel each; default: the spec's)")
     ap.add_argument("--engine", choices=ENGINES, default=None, help="persistent (one kernel per worker, reset "
                     "between points) or papermill (a fresh kernel per point); default: the spec's")
+    ap.add_argument("--executor", choices=EXECUTORS, default="local", help="local kernels, or each point a Ray "
+                    "task (a local Ray cluster of 2 CPUs, or --ray-address)")
+    ap.add_argument("--ray-address", default=None, help="join this Ray cluster (HOST:PORT of `ray start --head`)")
     ap.add_argument("--force", action="store_true", help="re-run finished points too")
     ap.add_argument("--only", action="append", default=None, help="run only this point id (repeatable)")
     ap.add_argument("--set", dest="set_", action="append", default=[], help="settings override for every point")
@@ -48,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for p in expand(spec):
                 print(f"{p.id}  {p.label}")
             return 0
+        if args.ray_address and args.executor != "ray":
+            raise SweepError("--ray-address needs --executor ray")
         overrides = parse_set(args.set_)
         if args.report_only:
             if overrides:
@@ -57,7 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{runs}\n{index}")
             return 0
         res = run_sweep(spec, jobs=args.jobs, engine=args.engine, out_dir=args.out_dir, force=args.force,
-                        only=args.only, overrides=overrides, progress=not args.quiet)
+                        only=args.only, overrides=overrides, progress=not args.quiet, executor=args.executor,
+                        ray_address=args.ray_address)
     except SweepError as exc:
         print(f"error: {exc}")
         return 1

@@ -60,8 +60,13 @@ def _fallback_point(point_dir: Path) -> dict | None:
                     if r.get(k) is not None:
                         row[k] = float(r[k])
                 pq.append(row)
-    return {"status": "ok", "metrics": metrics, "per_question": pq, "info": {"run_dir": str(found[-1].parent)},
-            "registry_keys": keys}
+    judge = (m.get("models") or {}).get("judge")
+    scored = {"regression": m.get("regression") or [], "questions": (m.get("dataset") or {}).get("n_questions"),
+              "answered_questions": ((m.get("dataset") or {}).get("n_questions")
+                                     if ((m.get("config") or {}).get("eval") or {}).get("generate") else 0),
+              "judge": judge}
+    return {"status": "ok", "metrics": metrics, "per_question": pq,
+            "info": {"run_dir": str(found[-1].parent), "scored": scored}, "registry_keys": keys}
 
 
 def read_point(point_dir: str | os.PathLike) -> dict | None:
@@ -83,6 +88,9 @@ class Gathered:
     param_cols: list[str]
     metric_cols: list[str]
     keys: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # scored like a run (adiyan.experiments.scoring): per point id, what info["scored"] recorded
+    # (regression cases with status and reason, answered n, the judge and its calibration)
+    scored: dict[str, dict] = field(default_factory=dict)
 
     def key(self, col: str) -> tuple[str, str]:
         return self.keys.get(col, (METRIC_GROUP, col))
@@ -135,7 +143,7 @@ def gather(spec: SweepSpec, points: Sequence[Point], out: Path) -> Gathered:
     since) is listed as ``stale``, without its metrics."""
     import pandas as pd  # heavy: only gathering builds tables
 
-    rows, pq_rows, metric_cols, keys = [], [], [], {}
+    rows, pq_rows, metric_cols, keys, scored = [], [], [], {}, {}
     param_cols = list(dict.fromkeys(k for p in points for k in p.params))
     code_hash = notebook_code_hash(spec.notebook) if Path(spec.notebook).is_file() else None
     for p in points:
@@ -161,6 +169,8 @@ def gather(spec: SweepSpec, points: Sequence[Point], out: Path) -> Gathered:
         row["html"] = f"points/{p.id}/notebook.html"
         row["config"] = f"points/{p.id}/config.yaml"
         if data:
+            if (data.get("info") or {}).get("scored"):
+                scored[p.id] = data["info"]["scored"]
             reg = data.get("registry_keys") or {}
             for k, v in (data.get("metrics") or {}).items():
                 col = k if k not in row else f"metric.{k}"
@@ -179,7 +189,7 @@ def gather(spec: SweepSpec, points: Sequence[Point], out: Path) -> Gathered:
         if len({type(v) for v in vals}) > 1 and not all(isinstance(v, (int, float)) for v in vals):
             runs[c] = runs[c].map(lambda v: None if v is None else str(v))
     pq = pd.DataFrame(pq_rows, columns=["point_id", "qid", "metric", "value"])
-    return Gathered(runs, pq, param_cols, metric_cols, keys)
+    return Gathered(runs, pq, param_cols, metric_cols, keys, scored)
 
 
 # ---------------------------------------------------------------------------- statistics

@@ -138,6 +138,18 @@ INDEX_TEMPLATE = """<!DOCTYPE html>
 {% for r in rows %}<tr><td><code>{{ r.point_id }}</code>{% if r.point_id == baseline %} <b>(baseline)</b>{% endif %}</td>{% for c in param_cols %}<td>{{ fmt(r[c]) }}</td>{% endfor %}<td>{{ r.status }}</td>{% for m in metric_cols %}{% if unreliable(r, m) %}<td class="num"><span class="unreliable">{{ fmt(r.get(m)) }}</span> <span class="badge">unreliable judge</span></td>{% else %}<td class="num{% if m in best and r.point_id in best[m].points and best[m].points|length < n_ok %} best{% endif %}">{{ fmt(r.get(m)) }}</td>{% endif %}{% endfor %}<td class="num">{{ fmt(r.get("point_wall_s")) }}</td><td><a href="{{ r.html }}">html</a> · <a href="{{ r.notebook }}">ipynb</a> · <a href="{{ r.config }}">config</a></td></tr>
 {% endfor %}</table>
 
+<h2>Scored like a run: RAGAS and the regression cases</h2>
+{% if scored_rows %}<p>Each point scored as <code>invoke eval</code> scores a run (adiyan/experiments/scoring.py): RAGAS's non-LLM metrics (ID-based context precision / recall over the point's top-k sources; string similarity, ROUGE-L and exact match over its answers, by the configured LLM through the answer cache), the LLM-judged ones by <code>eval.judge</code> after its calibration (struck when the judge is not calibrated reliable), and every regression case of {{ cases_file }}.{% if answer_note %} {{ answer_note }}{% endif %}</p>
+<table><tr><th>point</th><th>answered / questions</th><th>judge</th>{% for m in ragas_cols %}<th>{{ m }}</th>{% endfor %}</tr>
+{% for r, sc in scored_rows %}<tr><td>{{ r.label }}</td><td class="num">{{ sc.answered_questions }} / {{ sc.questions }}</td><td>{% if sc.judge %}{{ sc.judge }}{% if sc.judge_calibration %}, agreement {{ fmt(sc.judge_calibration.agreement) }} on {{ sc.judge_calibration.n }} pairs: {% if sc.judge_calibration.reliable %}reliable{% else %}<b>unreliable</b>{% endif %}{% endif %}{% else %}none{% if sc.not_applicable %} (n/a){% endif %}{% endif %}</td>{% for m in ragas_cols %}{% if judged_unreliable(r, m) %}<td class="num"><span class="unreliable">{{ fmt(r.get(m)) }}</span> <span class="badge">unreliable judge</span></td>{% else %}<td class="num">{{ fmt(r.get(m)) }}</td>{% endif %}{% endfor %}</tr>
+{% endfor %}</table>
+{% for note in na_notes %}<p>Not applicable: {{ note }}.</p>{% endfor %}
+<h3>Regression cases per point</h3>
+<table class="grid"><tr><th>case</th><th>metric</th>{% for r, sc in scored_rows %}<th>{{ r.label }}</th>{% endfor %}</tr>
+{% for case in cases %}<tr><td><code>{{ case.id }}</code></td><td><code>{{ case.metric }}</code></td>{% for r, sc in scored_rows %}{% set c = case_grid[(case.id, r.point_id)] %}<td style="background:{{ colours[c.status] }}" title="{{ c.reason }}">{% if c.status == "pass" %}pass{% elif c.status == "fail" %}<b>fail</b>{% elif c.status == "not_checked" %}not checked{% else %}—{% endif %}{% if c.value is not none and c.status != "not_checked" %} ({{ fmt(c.value) }}){% endif %}{% if c.reason %}<br><small>{{ c.reason }}</small>{% endif %}</td>{% endfor %}</tr>
+{% endfor %}</table>
+{% else %}<p>Not scored like a run: no point of this sweep is over an evalset with questions (an HNSW sweep measures the graph against exact search on synthetic and SciFact vectors), so RAGAS and the regression cases do not apply.</p>{% endif %}
+
 <h2>Best point per metric</h2>
 <p>Directions are those of the metric registry (adiyan.eval.metrics); counts and sizes have none. A metric an LLM judged counts only from points whose judge is calibrated reliable: an unreliable judge's values are struck, never best, left out of the plots and of the paired tests.</p>
 <table><tr><th>metric</th><th>direction</th><th>best value</th><th>point</th></tr>
@@ -167,6 +179,40 @@ INDEX_TEMPLATE = """<!DOCTYPE html>
 <ul>{% for pid, err in failures %}<li><code>{{ pid }}</code>: <a href="points/{{ pid }}/notebook.html">notebook</a><pre>{{ err }}</pre></li>{% endfor %}</ul>
 {% endif %}</body></html>
 """
+
+
+COLOURS = {"pass": "#d9f2d9", "fail": "#f8c8c8", "not_checked": "#eeeeee", "missing": "#ffffff"}
+_RAGAS_PREFIXES = ("ragas.", "ragas_llm.", "answer.")
+
+
+def _scored_view(g: Gathered, rows: list[dict], spec: SweepSpec) -> dict:
+    """What the "scored like a run" section shows: per point its RAGAS columns, and the
+    regression grid (rows: cases, columns: points; pass / fail / not checked with the reason)."""
+    scored_rows = [(r, g.scored[r["point_id"]]) for r in rows if r["point_id"] in g.scored]
+    ragas_cols = [c for c in g.metric_cols if c.startswith(_RAGAS_PREFIXES)
+                  and not c.endswith((".n", ".failed", "judge_agreement_ci_low", "judge_agreement_ci_high",
+                                      "judge_calibration_pairs"))]
+    cases, grid = {}, {}
+    for r, sc in scored_rows:
+        for case in sc.get("regression") or []:
+            cases.setdefault(case["id"], case)
+            grid[(case["id"], r["point_id"])] = case
+    missing = {"status": "missing", "value": None, "reason": "not recorded for this point"}
+    for cid in cases:
+        for r, _ in scored_rows:
+            grid.setdefault((cid, r["point_id"]), missing)
+    ns = {(sc.get("answered_questions"), sc.get("questions")) for _, sc in scored_rows}
+    answer_note = ""
+    if spec.answer_questions is not None:
+        answer_note = (f"Answers for the string metrics: a seeded sample of n = {spec.answer_questions} questions "
+                       "per point (the same questions at every point; answer_questions in the spec).")
+    elif ns and all(a == 0 for a, _ in ns):
+        answer_note = "No answers at these points (eval.generate off or no reference answers): no string metrics."
+    na_notes = list(dict.fromkeys(sc["not_applicable"] for _, sc in scored_rows if sc.get("not_applicable")))
+    return {"scored_rows": scored_rows, "ragas_cols": ragas_cols, "cases": list(cases.values()), "case_grid": grid,
+            "judged_unreliable": lambda r, m: g.unreliable(r, m),  # struck even when the judge gave no value
+            "colours": COLOURS, "answer_note": answer_note, "na_notes": na_notes,
+            "cases_file": spec.regression_cases or "evalsets/regression.yaml"}
 
 
 def write_index(spec: SweepSpec, g: Gathered, sig: dict, out: Path, *, engine: str, jobs: int,
@@ -208,7 +254,8 @@ def write_index(spec: SweepSpec, g: Gathered, sig: dict, out: Path, *, engine: s
     counts = runs["status"].value_counts().to_dict() if "status" in runs else {}
     rows = runs.astype(object).where(runs.notna(), None).to_dict("records")
     failures = [(r["point_id"], r.get("error") or "") for r in rows if r.get("status") == "failed"]
-    html = report._env.from_string(INDEX_TEMPLATE).render(
+    scored = _scored_view(g, rows, spec)
+    html = report._env.from_string(INDEX_TEMPLATE).render(**scored,
         spec=spec, notebook=str(spec.notebook), grid=canon(spec.grid), overrides=canon(spec.overrides),
         counts=", ".join(f"{v} {k}" for k, v in counts.items()), engine=engine, jobs=jobs, session=session,
         rows=rows, param_cols=g.param_cols, metric_cols=shown_metrics, best=best, best_rows=best_rows,

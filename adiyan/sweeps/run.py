@@ -25,10 +25,11 @@ from tqdm.auto import tqdm
 from ..config import load_settings
 from ..eval.harness import drop_orphan_replicas
 from ..experiments.common import POINT_FILE, jsonable
+from . import ray_engine
 from .engines import ENGINE_NAME, Kernel, error_text, kernel_name, register_engine
 from .gather import gather, read_point, significance
 from .html import html_exporter, notebook_html, write_index
-from .spec import (ENGINES, FAILED, OUT_ROOT, SWEEPS_DIR, Point, SweepError, SweepSpec, expand, is_complete,
+from .spec import (ENGINES, EXECUTORS, FAILED, OUT_ROOT, SWEEPS_DIR, Point, SweepError, SweepSpec, expand, is_complete,
                    load_spec, mark_complete, notebook_code_hash, point_fingerprint)
 
 
@@ -66,12 +67,14 @@ def prepare_point(spec: SweepSpec, point: Point, pdir: Path, fingerprint: str) -
 def run_sweep(spec: SweepSpec | str | os.PathLike, *, jobs: int | None = None, engine: str | None = None,
               out_dir: str | os.PathLike | None = None, sweeps_dir: str | os.PathLike = SWEEPS_DIR,
               force: bool = False, only: Sequence[str] | None = None, overrides: Mapping[str, Any] | None = None,
-              progress: bool = True, cwd: str | os.PathLike | None = None) -> SweepResult:
+              progress: bool = True, cwd: str | os.PathLike | None = None, executor: str = "local",
+              ray_address: str | None = None) -> SweepResult:
     """Expand the grid, execute every unfinished point, gather metrics, write runs.parquet and index.html.
 
     ``only`` restricts execution to these point ids (the report still covers every finished
     point); ``overrides`` are added to every point's settings overrides (they change the
-    fingerprints, so the affected points run again). Raises :class:`SweepError` after writing
+    fingerprints, so the affected points run again). ``executor="ray"`` runs each point as a
+    Ray task (:mod:`adiyan.sweeps.ray_engine`; a local cluster, or ``ray_address``). Raises :class:`SweepError` after writing
     the report when a point failed.
     """
     t_start = time.perf_counter()
@@ -82,6 +85,10 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, *, jobs: int | None = None, e
     engine = engine or spec.engine
     if engine not in ENGINES:
         raise SweepError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if executor not in EXECUTORS:
+        raise SweepError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    if executor == "ray":
+        engine = "papermill"  # a fresh kernel per point, in the task's process
     jobs = max(1, int(jobs or spec.jobs or 1))
     cwd = Path(cwd or Path.cwd()).resolve()
     if not spec.notebook.is_absolute():
@@ -111,8 +118,10 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, *, jobs: int | None = None, e
     wall: dict[str, float] = {}
     if todo:
         _execute(spec, todo, out, fps, engine=engine, jobs=jobs, cwd=cwd, progress=progress,
-                 failed=failed, wall=wall, n_total=len(points), n_done=len(reused))
-    runs, index = write_outputs(spec, points, out, engine=engine, jobs=jobs,
+                 failed=failed, wall=wall, n_total=len(points), n_done=len(reused), executor=executor,
+                 ray_address=ray_address)
+    runs, index = write_outputs(spec, points, out, engine=engine if executor == "local" else f"{engine} on ray",
+                                jobs=jobs,
                                 session={"ran": [p.id for p in todo], "reused": reused, "failed": failed,
                                          "wall_s": round(time.perf_counter() - t_start, 2), "point_wall_s": wall})
     res = SweepResult(spec.name, out, [p.id for p in points], [p.id for p in todo if p.id not in failed], reused,
@@ -123,7 +132,8 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, *, jobs: int | None = None, e
     return res
 
 
-def _execute(spec, todo, out, fps, *, engine, jobs, cwd, progress, failed, wall, n_total, n_done) -> None:
+def _execute(spec, todo, out, fps, *, engine, jobs, cwd, progress, failed, wall, n_total, n_done,
+             executor: str = "local", ray_address: str | None = None) -> None:
     import papermill as pm  # heavy: only the runner executes notebooks
 
     register_engine()
@@ -166,6 +176,15 @@ def _execute(spec, todo, out, fps, *, engine, jobs, cwd, progress, failed, wall,
             wall[point.id] = round(seconds, 3)
             bar.update(1)
             bar.set_postfix_str(f"last {point.id[:30]} {seconds:.1f}s" + (" FAILED" if error else ""))
+
+    if executor == "ray":
+        try:
+            ray_engine.execute(spec, todo, out, lambda p, d: prepare_point(spec, p, d, fps[p.id]), finish, cwd=cwd,
+                               kernel=kname, address=ray_address, num_cpus=max(2, jobs))
+        finally:
+            finisher.shutdown(wait=True)
+            bar.close()
+        return
 
     def worker(wid: int) -> None:
         kernel = None

@@ -24,6 +24,7 @@ import yaml
 SWEEPS_DIR = Path("sweeps")
 OUT_ROOT = Path("reports") / "sweeps"
 ENGINES = ("persistent", "papermill")
+EXECUTORS = ("local", "ray")  # where points run: this machine's kernels, or Ray tasks (adiyan.sweeps.ray_engine)
 MARKER = "COMPLETE.json"
 FAILED = "FAILED.json"
 DEFAULT_KERNEL = "adiyan"
@@ -50,6 +51,11 @@ class SweepSpec:
     metrics: list[str] = field(default_factory=list)  # metrics shown and plotted (default: all)
     paired: list[str] = field(default_factory=list)  # per-question scores tested (default: all)
     timeout: int | None = None  # per cell, seconds
+    # Scored like a run (adiyan.experiments.scoring): questions answered per point for RAGAS
+    # (a seeded sample, the same at every point; None = all) and the regression cases file
+    # (None = evalsets/regression.yaml). Passed to the notebook as parameters when set.
+    answer_questions: int | None = None
+    regression_cases: str | None = None
     source: str = ""
 
     @classmethod
@@ -77,7 +83,8 @@ class SweepSpec:
                    engine=engine, jobs=int(data.get("jobs", 1)), kernel=data.get("kernel"),
                    baseline=data.get("baseline"), frontier=data.get("frontier"),
                    metrics=list(data.get("metrics") or []), paired=list(data.get("paired") or []),
-                   timeout=data.get("timeout"), source=source)
+                   timeout=data.get("timeout"), answer_questions=data.get("answer_questions"),
+                   regression_cases=data.get("regression_cases"), source=source)
         bad = [k for k in spec.parameters if "." in k]
         if bad:
             raise SweepError(f"{source}: parameters {bad} contain a dot; put settings under 'overrides'")
@@ -170,6 +177,8 @@ def expand(spec: SweepSpec) -> list[Point]:
         overrides = {**spec.overrides, **{k: v for k, v in params.items() if "." in k}}
         nb_params = {**spec.parameters, **{k: v for k, v in params.items() if "." not in k}}
         nb_params.update({"overrides": overrides, "config_file": spec.config_file})
+        nb_params.update({k: getattr(spec, k) for k in ("answer_questions", "regression_cases")
+                          if getattr(spec, k) is not None})
         points.append(Point(point_id(params), dict(params), nb_params, overrides))
     ids = [p.id for p in points]
     if len(set(ids)) != len(ids):  # only on a sha256 prefix collision
