@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import numpy as np
+
 Run = Mapping[str, Mapping[str, float]]
 
 
@@ -43,3 +45,87 @@ def rrf(runs: Sequence[Run], k: int = 60, *, top_k: int | None = None) -> dict[s
             order = order[:top_k]
         fused[qid] = {d: acc[d] for d in order}
     return fused
+
+
+# -- score-aware fusion ------------------------------------------------------------------------
+# Bruch, Gai and Ingber, "An Analysis of Fusion Functions for Hybrid Retrieval", ACM TOIS 2023
+# (https://doi.org/10.1145/3596512): a convex combination of normalised lexical and semantic
+# scores beats RRF once its weight is tuned on a few queries, and is robust to the normalisation.
+# DBSF (distribution-based score fusion) is Qdrant's ``Fusion.DBSF``: each list's scores are
+# mapped to [0, 1] by mean ± 3 standard deviations (clipped), then summed. Both take the lists
+# as the engine returned them (a document absent from a list contributes 0 from it), so they
+# are computed client-side over the dense and BM25 prefetch lists, the same way for both engines.
+
+NORMS = ("minmax", "z", "dbsf")
+
+
+def normalise(docs: Mapping[str, float], how: str = "minmax") -> dict[str, float]:
+    """One list's scores normalised: ``minmax`` to [0, 1]; ``z`` to (s − mean) / std; ``dbsf`` to
+    (s − (mean − 3σ)) / 6σ clipped to [0, 1]. A constant list maps to 1.0 (minmax, dbsf) or 0.0 (z).
+    σ is the population standard deviation (Qdrant's DBSF uses the same)."""
+    if how not in NORMS:
+        raise ValueError(f"fusion: unknown normalisation {how!r} ({' | '.join(NORMS)})")
+    if not docs:
+        return {}
+    vals = [float(v) for v in docs.values()]
+    n = len(vals)
+    if how == "minmax":
+        lo, hi = min(vals), max(vals)
+        return {d: (float(s) - lo) / (hi - lo) if hi > lo else 1.0 for d, s in docs.items()}
+    mean = sum(vals) / n
+    std = (sum((v - mean) ** 2 for v in vals) / n) ** 0.5
+    if how == "z":
+        return {d: (float(s) - mean) / std if std > 0 else 0.0 for d, s in docs.items()}
+    lo, hi = mean - 3 * std, mean + 3 * std
+    return {d: min(1.0, max(0.0, (float(s) - lo) / (hi - lo))) if hi > lo else 1.0 for d, s in docs.items()}
+
+
+def _floor_of(norm: Mapping[str, float], how: str) -> float:
+    """What a document missing from a list scores in it: 0 for [0, 1] scales, the list's minimum for z."""
+    if how == "z" and norm:
+        return min(norm.values())
+    return 0.0
+
+
+def convex(dense: Mapping[str, float], sparse: Mapping[str, float], alpha: float, *, norm: str = "minmax",
+           top_k: int | None = None) -> dict[str, float]:
+    """α · norm(dense) + (1 − α) · norm(sparse) for one query, in fused order (ties by id).
+
+    A document in only one list gets the other list's floor (0, or the list's minimum z-score):
+    with α = 1 the order of the dense list is kept exactly, with α = 0 that of the sparse list,
+    and documents only in the other list follow, in that list's order.
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"fusion: convex weight must be in [0, 1], got {alpha}")
+    nd, ns = normalise(dense, norm), normalise(sparse, norm)
+    fd, fs = _floor_of(nd, norm), _floor_of(ns, norm)
+    acc = {d: alpha * nd.get(d, fd) + (1.0 - alpha) * ns.get(d, fs) for d in dict.fromkeys([*nd, *ns])}
+    if alpha in (0.0, 1.0):  # one list alone: its own order, then the other list's remaining documents
+        first, second = (nd, ns) if alpha == 1.0 else (ns, nd)
+        order = rank_order(first) + [d for d in rank_order(second) if d not in first]
+    else:
+        order = rank_order(acc)
+    return {d: acc[d] for d in (order[:top_k] if top_k is not None else order)}
+
+
+def dbsf(lists: Sequence[Mapping[str, float]], *, top_k: int | None = None) -> dict[str, float]:
+    """Distribution-based score fusion of one query's lists (Qdrant's ``Fusion.DBSF``): the sum of
+    each list's mean ± 3σ-normalised scores, a missing document contributing 0."""
+    acc: dict[str, float] = {}
+    for docs in lists:
+        for d, s in normalise(docs, "dbsf").items():
+            acc[d] = acc.get(d, 0.0) + s
+    order = rank_order(acc)
+    return {d: acc[d] for d in (order[:top_k] if top_k is not None else order)}
+
+
+def rocchio(query_vec, doc_vecs, weight: float):
+    """Dense pseudo-relevance feedback (Rocchio, 1971, without negatives): q' = q + β · mean(top-m
+    document vectors), re-normalised to unit length (cosine only sees the direction, so α = 1)."""
+    q = np.asarray(query_vec, dtype=np.float64)
+    docs = np.asarray(doc_vecs, dtype=np.float64).reshape(-1, q.shape[0])
+    if weight < 0:
+        raise ValueError(f"retrieval.prf_weight must be >= 0, got {weight}")
+    out = q + weight * docs.mean(axis=0) if len(docs) and weight else q.copy()
+    norm = np.linalg.norm(out)
+    return (out / norm if norm > 0 else out).astype(np.float32)
