@@ -10,6 +10,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from .agent import AuthorizationError
+from .ask import AskError, ask, format_result
 from .config import ConfigError, load_settings, parse_set
 from .eval.compare import CompareError, compare_runs, resolve_run
 from .eval.compare import summary_lines as compare_summary
@@ -123,6 +125,19 @@ def cmd_search(args) -> int:
         print(f"no results: {res.empty_reason}")
     for i, c in enumerate(res.chunks, 1):
         print(f"{i}. {c.score:.3f}  {c.source}#{c.chunk_index}\n   " + " ".join(c.text.split())[:300])
+    return 0
+
+
+def cmd_ask(args) -> int:
+    """Answer as the requester through the pipeline invoke eval measures (adiyan.ask)."""
+    s = _settings(args)
+    try:
+        res = ask(s, args.question, args.requester, agent=args.agent, is_owner=args.owner_role,
+                  conversation=args.conversation, progress=not args.quiet)
+    except (AskError, AuthorizationError) as exc:
+        print(f"adiyan: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(res.to_dict(), indent=2, ensure_ascii=False) if args.json else format_result(res))
     return 0
 
 
@@ -254,6 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     ps.add_argument("-k", type=int, default=None)
     ps.add_argument("--within", metavar="SOURCE", help="search inside one document (owner/filename)")
     ps.set_defaults(fn=cmd_search)
+    pa = sub.add_parser("ask", parents=[who], help="ask Adiyan a question as a requester: answer, sources, "
+                        "what the access policy hid, the agent's trace")
+    pa.add_argument("question")
+    pa.add_argument("--agent", action="store_true", help="answer with the research agent and print its trace")
+    pa.add_argument("--conversation", metavar="ID", help="keep history and memory of conversation ID between calls")
+    pa.add_argument("--json", action="store_true", help="the result as JSON")
+    pa.set_defaults(fn=cmd_ask)
     sub.add_parser("ls", parents=[who], help="list the documents a requester may see").set_defaults(fn=cmd_ls)
     pg = sub.add_parser("get", parents=[who], help="get a document back: bytes, --text or --report")
     pg.add_argument("source", help="source key, owner/filename")

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from adiyan import ask as ask_module
 from adiyan import cli
 from adiyan.config import load_settings
 from adiyan.agent import Agent
@@ -264,6 +265,30 @@ def _flatten(d, prefix=""):
     return out
 
 
+def via_ask(world, s, spy):
+    """``adiyan ask`` (grounded generation) on the CLI's knowledge base; the LLM is HydeLLM (a test
+    double for control flow: HyDE passage, fixed answer); what it shows is its sources and count."""
+    if not (world["root"] / "data" / "raw").exists():  # the CLI's knowledge base: the same documents
+        _ingest_cli(world, s)
+    shown = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ask_module, "open_llm", lambda settings: HydeLLM())
+        for q in PROBES:
+            r = ask_module.ask(s, q, "bob")
+            shown.append((r.answer, [(x.source, x.chunk_index, round(x.score, 4)) for x in r.sources], r.hidden))
+    return shown
+
+
+def _ingest_cli(world, s):
+    sets = []
+    for key, value in _flat(s).items():
+        sets += ["--set", f"{key}={value if value is not None else 'null'}"]
+    docs = world["evalset"] / "docs"
+    assert cli.main(sets + ["ingest", *[str(docs / n) for n in world["docs"]], "--owner", "office",
+                            "--visibility", "global", "--quiet"]) == 0
+    assert cli.main(sets + ["ingest", *[str(docs / n) for n in PRIVATE], "--owner", "alice", "--quiet"]) == 0
+
+
 def via_scifact_product(world, s, spy):
     import sys
 
@@ -274,7 +299,7 @@ def via_scifact_product(world, s, spy):
     return [sorted(r["run"].items()) for r in runs.values()]
 
 
-ENTRY_POINTS = ["eval", "retrieval_experiment", "context_experiment", "agent", "cli", "scifact_product"]
+ENTRY_POINTS = ["eval", "retrieval_experiment", "context_experiment", "agent", "cli", "scifact_product", "ask"]
 
 # setting -> (base overrides, changed overrides, entry points where it does not apply and why)
 WITHIN_ONLY = "searches within one document only"
@@ -283,7 +308,7 @@ SETTINGS = {
         "scifact_product": "measures the ranking rank_depth deep, never a top-k context"}),
     "retrieval.doc_top_k": ({}, {"retrieval.doc_top_k": 1}, {
         "eval": WITHIN_ONLY, "retrieval_experiment": WITHIN_ONLY, "context_experiment": WITHIN_ONLY,
-        "scifact_product": WITHIN_ONLY}),
+        "scifact_product": WITHIN_ONLY, "ask": WITHIN_ONLY}),
     "retrieval.rank_depth": ({}, {"retrieval.rank_depth": 20}, {}),
     "retrieval.mode": ({}, {"retrieval.mode": "bm25"}, {}),
     "retrieval.rrf_k": ({"retrieval.mode": "hybrid"}, {"retrieval.mode": "hybrid", "retrieval.rrf_k": 2}, {}),
@@ -304,6 +329,16 @@ SETTINGS = {
     # a calibrated floor applies only when its J reaches floor_min_j (1.0: never; -1.0: always)
     "retrieval.floor_min_j": ({"retrieval.use_calibrated_floors": True, "retrieval.floor_min_j": 1.0},
                               {"retrieval.use_calibrated_floors": True, "retrieval.floor_min_j": -1.0}, {}),
+    # score-aware fusion and dense pseudo-relevance feedback (issue 16, adiyan/retrieval/fusion.py)
+    "retrieval.fusion": ({"retrieval.mode": "hybrid"}, {"retrieval.mode": "hybrid", "retrieval.fusion": "dbsf"}, {}),
+    "retrieval.fusion_weight": ({"retrieval.mode": "hybrid", "retrieval.fusion": "convex", "retrieval.fusion_weight": 0.1},
+                                {"retrieval.mode": "hybrid", "retrieval.fusion": "convex",
+                                 "retrieval.fusion_weight": 0.9}, {}),
+    "retrieval.fusion_norm": ({"retrieval.mode": "hybrid", "retrieval.fusion": "convex"},
+                              {"retrieval.mode": "hybrid", "retrieval.fusion": "convex", "retrieval.fusion_norm": "z"}, {}),
+    "retrieval.prf_docs": ({}, {"retrieval.prf_docs": 3, "retrieval.prf_weight": 2.0}, {}),
+    "retrieval.prf_weight": ({"retrieval.prf_docs": 3, "retrieval.prf_weight": 0.1},
+                             {"retrieval.prf_docs": 3, "retrieval.prf_weight": 4.0}, {}),
 }
 
 
@@ -316,7 +351,7 @@ def _run(entry, world, overrides, spy, monkeypatch, capsys):
         monkeypatch.setattr("adiyan.retrieval.pipeline.llm_from_settings", lambda settings: HydeLLM())
         monkeypatch.setattr("adiyan.eval.runner.open_llm", lambda settings: HydeLLM())
     fn = {"eval": via_eval, "retrieval_experiment": via_retrieval_experiment, "agent": via_agent,
-          "scifact_product": via_scifact_product}.get(entry)
+          "scifact_product": via_scifact_product, "ask": via_ask}.get(entry)
     if entry == "context_experiment":
         shown = via_context_experiment(world, s, spy, monkeypatch)
     elif entry == "cli":

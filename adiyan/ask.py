@@ -1,0 +1,182 @@
+"""``adiyan ask``: a person asks Adiyan a question, as a requester, and sees what the reports measure.
+
+The same knowledge base as ``adiyan ingest`` / ``adiyan search`` (``open_kb``), the same retrieval
+pipeline as ``invoke eval`` (``open_retriever``: every retrieval setting applies or is refused
+by name), the same grounded generation (``generation.answer_question``, with the answer cache
+``invoke eval`` uses), or with ``agent=True`` the research agent over the same pipeline.
+
+What is shown: the answer; its sources (source key, chunk index, page when the chunk's payload
+carries one, score); how many chunks the access policy hid (a count only: the number of the
+top k for the question, searched without the filter, that the requester may not see; computed
+in the KB layer by :func:`adiyan.kb_policy.count_hidden`, so no hidden name or text reaches this
+module); and with the agent its trace (step, tool, arguments, observation summary).
+
+``conversation=ID`` keeps the requester's conversation between calls through the three-part
+context of :mod:`adiyan.context` (memory facts, relevant recent history, the message), the same
+one the conversation evaluation measures; the retrieval then passes the history, so the
+``history_*`` query transforms apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .agent import Agent
+from .cache import CallCache
+from .context import Conversation, open_conversation_retriever
+from .factory import open_kb, open_llm, open_retriever
+from .generation import answer_question
+from .kb_policy import count_hidden
+
+ENTRY_POINT = "adiyan ask"
+
+
+class AskError(ValueError):
+    """The question cannot be asked as given (empty question, conversation not available)."""
+
+
+@dataclass
+class Source:
+    source: str
+    chunk_index: int
+    score: float
+    page: int | None = None
+
+
+@dataclass
+class TraceStep:
+    step: int
+    tool: str
+    args: dict
+    observation: str  # the compacted one-line summary, never raw tool output
+    error: str | None = None
+
+
+@dataclass
+class AskResult:
+    question: str
+    requester: str | None
+    answer: str
+    sources: list[Source]
+    hidden: int  # chunks of the unfiltered top k the access policy removed (a count, never names)
+    k: int
+    mode: str  # "grounded" | "agent"
+    answer_source: str = "grounded_generation"
+    retrieval: str = ""  # the pipeline's own description of what it did
+    trace: list[TraceStep] = field(default_factory=list)
+    conversation: str | None = None
+    context: dict = field(default_factory=dict)  # a conversation turn: earlier turns, kept history, facts
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def ask(settings, question: str, requester: str | None, *, agent: bool = False, is_owner: bool = False,
+        conversation: str | None = None, llm=None, progress: bool = False) -> AskResult:
+    """Answer ``question`` as ``requester``; ``llm`` defaults to the configured one (``llm.*``)."""
+    if not question or not question.strip():
+        raise AskError("the question is empty")
+    if conversation is not None and (requester is None or is_owner):
+        raise AskError(f"--conversation {conversation}: a conversation belongs to a named requester "
+                       "(--as NAME) and is not kept for the owner role")
+    kb = open_kb(settings, progress=progress)
+    conv = None
+    try:
+        llm = llm if llm is not None else open_llm(settings)
+        if conversation is not None:
+            try:
+                conv = Conversation.load(settings, conversation, requester)
+            except ValueError as exc:  # a bad id or a damaged conversation file, named by the context module
+                raise AskError(f"--conversation {conversation}: {exc}") from exc
+            retriever = open_conversation_retriever(settings, kb, llm, entry_point=ENTRY_POINT)
+        else:
+            retriever = open_retriever(settings, kb, llm=llm, entry_point=ENTRY_POINT)
+        k = settings.retrieval.kb_top_k
+        rc = retriever.config
+        hidden = count_hidden(kb, question, k, requester_id=requester, is_owner=is_owner,
+                              min_score=retriever.floor if rc.mode == "dense" else None, mode=rc.mode,
+                              rrf_k=rc.rrf_k, prefetch=rc.hybrid_prefetch, ef=retriever.ef, exact=retriever.exact)
+        if agent:
+            return _ask_agent(settings, question, requester, is_owner, llm, kb, retriever, hidden, k, conv)
+        cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
+        context = {}
+        if conv is not None:
+            before = len(conv.turns)
+            ans, ctx, res = conv.answer(llm, retriever, question, requester=requester, cache=cache)
+            context = _context_summary(before, ctx)
+        else:
+            res = retriever.retrieve_knowledge_base(question, requester, is_owner)
+            ans = answer_question(llm, question, res.chunks, settings, cache=cache)
+        by_key = {(c.source, c.chunk_index): c for c in res.chunks}
+        sources = [Source(u["source"], u["chunk_index"], by_key[(u["source"], u["chunk_index"])].score,
+                          by_key[(u["source"], u["chunk_index"])].page) for u in ans.used]
+        described = res.describe() + (f" (floor {res.floor:.3f})" if res.floor_applied else "")
+        return AskResult(question, requester, ans.text, sources, hidden, k, "grounded",
+                         "grounded_generation" if res.chunks else
+                         ("no_evidence" if settings.generation.strict_grounding else "ungrounded"), described,
+                         conversation=conversation, context=context)
+    finally:
+        if conv is not None:
+            conv.close()
+        kb.store.close()
+
+
+def _context_summary(turns_before: int, ctx) -> dict:
+    """What of the conversation reached the answer: counts, never the memory's texts."""
+    return {"turns_before": turns_before, "history_kept": len(ctx.history), "facts": len(ctx.facts)}
+
+
+def _ask_agent(settings, question, requester, is_owner, llm, kb, retriever, hidden: int, k: int,
+               conv=None) -> AskResult:
+    """The research agent under the requester's identity: member tier for a named requester,
+    guest for an anonymous one, owner for the owner role (the agent's own tier table)."""
+    tier = "owner" if is_owner else ("member" if requester else "guest")
+    agent = Agent(llm, kb, conv.memory if conv is not None else None, settings=settings, tier=tier,
+                  requester_id=requester, retriever=retriever)
+    ctx = conv.context_for(question) if conv is not None else None
+    before = len(conv.turns) if conv is not None else 0
+    res = agent.run(question, context=ctx)
+    if conv is not None:
+        conv.add_turn("user", question)
+        conv.add_turn("assistant", res.answer)
+    # one compacted line per tool call, in order ("tool {args} -> what came back"); finish has none
+    lines = iter(res.scratchpad.history)
+    trace = [TraceStep(s.step, s.tool, dict(s.args),
+                       "final answer" if s.tool == "finish" else next(lines, "").split(" -> ", 1)[-1], s.error)
+             for s in res.steps]
+    best: dict[tuple, float] = {}
+    for f in res.scratchpad.findings:
+        if f.chunk_index is not None:
+            key = (f.source, f.chunk_index)
+            best[key] = max(best.get(key, f.score), f.score)
+    used = [(u["source"], u["chunk_index"]) for u in res.synthesis.get("used") or []]
+    keys = [key for key in used if key in best] or sorted(best, key=lambda x: -best[x])[:k]
+    sources = [Source(s, -1 if i is None else i, best[(s, i)]) for s, i in keys]
+    return AskResult(question, requester, res.answer, sources, hidden, k, "agent", res.answer_source,
+                     f"agent, tier {res.tier}, {len(res.steps)} step(s), stopped: {res.stopped_reason}", trace,
+                     conversation=conv.id if conv is not None else None,
+                     context=_context_summary(before, ctx) if ctx is not None else {})
+
+
+def format_result(r: AskResult) -> str:
+    """What ``adiyan ask`` prints: answer, sources, the hidden count, the agent's trace."""
+    lines = [r.answer, "", f"sources ({r.retrieval}):" if r.retrieval else "sources:"]
+    if not r.sources:
+        lines.append("  none: no permitted chunk answered this question")
+    for i, s in enumerate(r.sources, 1):
+        page = f"page {s.page}" if s.page is not None else "page n/a"
+        lines.append(f"  {i}. {s.source}  chunk {s.chunk_index}  {page}  score {s.score:.3f}")
+    who = r.requester or "anonymous"
+    if r.conversation is not None:
+        c = r.context
+        lines.append(f"conversation {r.conversation}: {c.get('turns_before', 0)} earlier turn(s), "
+                     f"{c.get('history_kept', 0)} kept in the context, {c.get('facts', 0)} fact(s) from memory")
+    lines.append(f"hidden by the access policy: {r.hidden} of the top {r.k} chunk(s) for this question "
+                 f"are not visible to {who}")
+    if r.mode == "agent":
+        lines += ["", f"agent trace ({r.answer_source}):"]
+        for t in r.trace:
+            args = ", ".join(f"{k}={v!r}" for k, v in t.args.items())
+            lines.append(f"  {t.step}. {t.tool}({args}) -> {t.observation}" + (f"  [error: {t.error}]" if t.error else ""))
+    return "\n".join(lines)
