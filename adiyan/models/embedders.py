@@ -24,6 +24,14 @@ class _BaseEmbedder:
     prefixes: dict[str, str] = {}
     truncate_dim: int | None = None
 
+    def _probe_dims(self, model_id: str, truncate_dim: int | None) -> None:
+        """A server's model: its width from one probe call, then the Matryoshka cut and the id."""
+        self.id = model_id
+        full = self._call(["dimension probe"]).shape[1]
+        self.truncate_dim = truncate_dim if truncate_dim and truncate_dim < full else None
+        self.dim = self.truncate_dim or full
+        self.id = model_id + (f"@{self.truncate_dim}" if self.truncate_dim else "")
+
     def prefix(self, kind: Kind | None) -> str:
         """The model's task prefix; ``kind=None`` embeds the text exactly as given."""
         return self.prefixes.get(kind, "") if kind else ""
@@ -146,12 +154,7 @@ class OllamaEmbedder(_BaseEmbedder):
         self.batch_size = batch_size
         self.url = url
         self.timeout_s = timeout_s
-        self.id = model_id
-        probe = self._call(["dimension probe"])
-        full = probe.shape[1]
-        self.truncate_dim = truncate_dim if truncate_dim and truncate_dim < full else None
-        self.dim = self.truncate_dim or full
-        self.id = model_id + (f"@{self.truncate_dim}" if self.truncate_dim else "")
+        self._probe_dims(model_id, truncate_dim)
 
     def _call(self, texts: list[str]) -> np.ndarray:
         """One /api/embed request; a failure is a named ModelError (see remote.py)."""
@@ -192,11 +195,7 @@ class OpenAICompatibleEmbedder(_BaseEmbedder):
         self.batch_size = batch_size
         self.url = url
         self.timeout_s = timeout_s
-        self.id = model_id
-        full = self._call(["dimension probe"]).shape[1]
-        self.truncate_dim = truncate_dim if truncate_dim and truncate_dim < full else None
-        self.dim = self.truncate_dim or full
-        self.id = model_id + (f"@{self.truncate_dim}" if self.truncate_dim else "")
+        self._probe_dims(model_id, truncate_dim)
 
     def _call(self, texts: list[str]) -> np.ndarray:
         """One /embeddings request; a failure is a named ModelError (see remote.py)."""
