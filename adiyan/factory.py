@@ -16,6 +16,7 @@ from .cache import CallCache
 from .config import Settings
 from .ingest.rawstore import RawStore
 from .kb import KnowledgeBase
+from .kb_pages import BookPages
 from .memory import Memory
 from .models import embedder_from_settings, llm_from_settings
 from .retrieval.floor import resolve_floor
@@ -57,9 +58,13 @@ def open_kb(settings: Settings, *, embedder=None, store=None, raw: RawStore | No
     store = open_store(settings) if owned else store
     raw = raw if raw is not None else RawStore(Path(settings.paths.data_dir) / "raw")
     try:
-        return KnowledgeBase(store, embedder, raw, chunking=settings.chunking, ingest=settings.ingest,
-                             collection=settings.store.collection_prefix + "knowledge_base",
-                             parse_cache=parse_cache(settings))
+        kb = KnowledgeBase(store, embedder, raw, chunking=settings.chunking, ingest=settings.ingest,
+                           collection=settings.store.collection_prefix + "knowledge_base",
+                           parse_cache=parse_cache(settings))
+        kb.book_pages = BookPages(kb, collection=settings.store.collection_prefix + "book_pages",
+                                  min_pdf_pages=settings.ingest.book_min_pages)
+        kb.book_pages.sync()  # an index built before the collection existed, or a crash after a commit
+        return kb
     except BaseException:
         if owned:
             store.close()
@@ -69,6 +74,33 @@ def open_kb(settings: Settings, *, embedder=None, store=None, raw: RawStore | No
 def open_retriever(settings: Settings, kb: KnowledgeBase, llm=None, **kwargs) -> Retriever:
     """The retrieval pipeline of ``settings`` over ``kb`` (see adiyan.retrieval.pipeline)."""
     return Retriever.from_settings(settings, kb, llm, **kwargs)
+
+
+def describe_engines(settings: Settings, kb: KnowledgeBase | None = None, memory: Memory | None = None) -> dict:
+    """Which Qdrant engine the knowledge base and the memory (mem0) each used, and whether it was one.
+
+    mem0 has no provider for Qdrant's embedded edge engine, so under ``store.engine`` edge or local
+    the memory runs Qdrant's local mode in ``<data_dir>/memory/qdrant``, apart from the KB's engine;
+    only ``store.engine=server`` gives both one engine (the server at ``store.url``). ``kb`` /
+    ``memory``: the opened objects (what they actually used); without ``memory``, what
+    :func:`open_memory` would use under these settings, with ``used: False``.
+    """
+    sc, data = settings.store, Path(settings.paths.data_dir)
+    if kb is not None:
+        store = kb.store
+        kb_engine = {"engine": getattr(store, "engine", "edge"),
+                     "where": str(getattr(store, "where", None) or getattr(store, "root", ""))}
+    else:
+        kb_engine = {"engine": sc.engine, "where": sc.url if sc.engine == "server"
+                     else str(data / ("qdrant" if sc.engine == "edge" else "qdrant-local"))}
+    kb_engine["collections"] = [sc.collection_prefix + "knowledge_base", sc.collection_prefix + "book_pages"]
+    if memory is not None:
+        mem = {"engine": memory.engine, "where": str(memory.where), "used": True}
+    else:
+        mem = {"engine": "server" if sc.engine == "server" else "local",
+               "where": sc.url if sc.engine == "server" else str(data / "memory" / "qdrant"), "used": False}
+    shared = kb_engine["engine"] == mem["engine"] == "server" and kb_engine["where"] == mem["where"]
+    return {"knowledge_base": kb_engine, "memory": mem, "shared": shared}
 
 
 def open_memory(settings: Settings, embedder=None, llm=None, *, infer: bool | None = None) -> Memory:

@@ -128,6 +128,7 @@ class KnowledgeBase(CorpusBm25Stats):
         self.pending_dir.mkdir(parents=True, exist_ok=True)
         # Fault injection for tests: called with a stage name at each step of the write path.
         self.fault_hook: Callable[[str], None] | None = None
+        self.book_pages = None  # adiyan.kb_pages.BookPages, attached by adiyan.factory.open_kb
         self._source_locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._bm25_stats = self.raw.root / "bm25.json"
@@ -284,6 +285,8 @@ class KnowledgeBase(CorpusBm25Stats):
             for k, marker in zip(keys, markers):
                 self.store.delete(self.collection, Filter(must=(Cond("source_filename", k),)))
                 marker.unlink(missing_ok=True)
+            if self.book_pages is not None:
+                self.book_pages.sync(keys)
         finally:
             for lock in reversed(locks):
                 lock.release()
@@ -464,6 +467,8 @@ class KnowledgeBase(CorpusBm25Stats):
                 self.store.delete(self.collection, Filter(must=(Cond("source_filename", p.key),),
                                                           must_not=(Cond("doc_version", p.doc_version),)))
         self._fault("after_cleanup")
+        if self.book_pages is not None and todo:  # pages follow the committed records (adiyan.kb_pages)
+            self.book_pages.sync([p.key for p in todo])
         for p, marker in zip(todo, markers):
             marker.unlink(missing_ok=True)
             results[id(p)] = IngestResult(p.key, p.doc_version, len(p.chunks), True, time.perf_counter() - p.t0,

@@ -208,7 +208,9 @@ RUN_TEMPLATE = """<!DOCTYPE html>
 <tr><th>config hash</th><td><code title="{{ m.config_hash }}">{{ short(m.config_hash) }}</code></td></tr>
 {% for role, model in (m.models or {}).items() %}<tr><th>{{ role }}</th><td>{% if model is mapping %}<b>{{ model.id }}</b>{% for k, v in model.items() if k != "id" %} · {{ k }}={{ fmt(v) }}{% endfor %}{% else %}{{ model }}{% endif %}</td></tr>
 {% endfor %}<tr><th>dataset</th><td><b>{{ ds.name }}</b> · hash <code title="{{ ds.hash }}">{{ short(ds.hash) }}</code>{% for k, v in ds.items() if k not in ("name", "hash") %} · {{ k }}={{ fmt(v) }}{% endfor %}</td></tr>
-<tr><th>files</th><td>{% if has_config %}<a href="config.yaml">config.yaml</a>{% else %}config.yaml (not written){% endif %} · <a href="metrics.json">metrics.json</a></td></tr>
+{% for part, e in (m.engines or {}).items() if e is mapping %}<tr><th>Qdrant: {{ part }}</th><td><b>{{ e.engine }}</b> · {{ e.where }}{% if e.used is defined and not e.used %} (not used by this run){% endif %}</td></tr>
+{% endfor %}{% if m.engines %}<tr><th>one Qdrant engine</th><td>{{ "yes" if m.engines.shared else "no: mem0 has no provider for the embedded engine; store.engine=server shares one" }}</td></tr>
+{% endif %}<tr><th>files</th><td>{% if has_config %}<a href="config.yaml">config.yaml</a>{% else %}config.yaml (not written){% endif %} · <a href="metrics.json">metrics.json</a></td></tr>
 </table>
 
 {% if m.warnings %}<h2 id="warnings">Warnings ({{ m.warnings|length }})</h2>

@@ -30,7 +30,7 @@ from .. import __version__
 from ..cache import CallCache
 from ..report import write_run_report
 from ..report_index import write_index
-from ..factory import open_llm, open_retriever, score_floor
+from ..factory import describe_engines, open_llm, open_retriever, score_floor
 from ..retrieval.floor import floor_decision
 from ..generation import answer_question
 from . import metrics as M
@@ -213,6 +213,7 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
                     "documents_reingested": 0 if index.reused else index.build.get("n_changed", 0),
                     "ingest_failed": index.ingest_failures},
         "retrieval": {**retriever.describe(), "transform_failures": retriever.transform_failures},
+        "engines": describe_engines(settings, kb=kb),  # which Qdrant engine the KB and mem0 each used (issue 14)
         "floor": {**{k: v for k, v in floor.as_dict().items() if k != "calibration"},
                   "calibration": floor.calibration, "effect": floor_details},
         "warnings": warnings_for(judged, floor, floor_details, ds_hash),
