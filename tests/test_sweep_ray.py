@@ -123,18 +123,20 @@ def test_killed_ray_sweep_resumes_and_skips_finished_points(tmp_path):
 
 # The point with x == 3 blocks in its first attempt only: that attempt claims hold-3 (a rename, so
 # a retry cannot claim it again), reports its kernel's pid and parent (the Ray worker), and sleeps.
-# Every attempt that reaches the end appends its x to finished.log: a point run twice shows twice.
+# Every attempt logs its worker's pid when it starts and its x when it reaches the end.
 GATED_WORK = """import json, math, os, time
 from pathlib import Path
 from adiyan.experiments.common import PointResult, record
 gate = Path(GATE_DIR)
+with open(gate / "started.log", "a") as f:
+    f.write(f"{x} {os.getppid()}\\n")
 try:
     os.rename(gate / f"hold-{x}", gate / f"held-{x}")
 except FileNotFoundError:
     pass
 else:
     (gate / f"attempt-{x}.json").write_text(json.dumps({"pid": os.getpid(), "ppid": os.getppid()}))
-    time.sleep(600)  # killed long before this ends
+    time.sleep(120)  # killed long before this ends
 mrr = math.fsum(1.0 / (i + x * math.pi) for i in range(1, 4000)) / 4000  # a float with rounding to get right
 record(output_dir, PointResult({"hit_rate": x / 4, "mrr": mrr}, [{"qid": "q0", "hit": 1.0}]))
 with open(gate / "finished.log", "a") as f:
@@ -150,14 +152,16 @@ def _descendants() -> set[int]:
 def test_ray_sweep_survives_a_worker_killed_mid_point(tmp_path):
     """Issue 15 item 6: a local 2-CPU cluster, the Ray worker running a point SIGKILLed mid-point.
 
-    Ray retries the task (``max_retries``): every point completes once, the killed point's numbers
-    equal an in-process run's, the killed attempt's kernel does not linger, and nothing of Ray is
-    left running after shutdown.
+    Ray retries the task (``max_retries``) in another worker: every point completes once, the
+    killed point's numbers equal an in-process run's, the killed attempt's kernel does not linger,
+    and nothing of Ray is left running after shutdown. The worker is found by the pid the point's
+    kernel reports (its parent) and checked to be a Ray worker executing ``run_point`` by its
+    process title: Ray's state API needs the dashboard, which the executor does not start.
     """
+    import threading
+
     import pandas as pd
     import psutil
-    import threading
-    from ray.util.state import list_tasks
 
     from adiyan.sweeps import ray_engine
 
@@ -178,20 +182,18 @@ def test_ray_sweep_survives_a_worker_killed_mid_point(tmp_path):
     killed: dict = {}
 
     def kill_the_worker_running_point_3():
-        """Find the task's worker through Ray's state API, check it is the kernel's parent, SIGKILL it."""
         try:
-            deadline = time.monotonic() + 600
+            deadline = time.monotonic() + 300
             while not (gate / "attempt-3.json").exists():
                 if time.monotonic() > deadline:
                     killed["error"] = "point 3 never started"
                     return
                 time.sleep(0.5)
             kernel = json.loads((gate / "attempt-3.json").read_text())
-            running = list_tasks(filters=[("func_or_class_name", "=", "run_point"), ("state", "=", "RUNNING")])
-            mine = [t for t in running if t.worker_pid == kernel["ppid"]]
-            killed.update(kernel=kernel["pid"], worker=kernel["ppid"], running=len(running),
-                          task_id=mine[0].task_id if mine else None, attempt=mine[0].attempt_number if mine else None)
-            os.kill(kernel["ppid"], signal.SIGKILL)
+            worker = psutil.Process(kernel["ppid"])
+            killed.update(kernel=kernel["pid"], worker=worker.pid, title=" ".join(worker.cmdline()),
+                          worker_parent=" ".join(worker.parent().cmdline()))
+            os.kill(worker.pid, signal.SIGKILL)
         except Exception as exc:  # noqa: BLE001 - reported by the test below
             killed["error"] = repr(exc)
 
@@ -202,29 +204,25 @@ def test_ray_sweep_survives_a_worker_killed_mid_point(tmp_path):
         spec = S.load_spec(tmp_path / "gated.yaml")
         res = S.run_sweep(spec, out_dir=tmp_path / "ray", cwd=ROOT, progress=False, executor="ray")
         killer.join(timeout=60)
-        assert "error" not in killed, killed
-        # the state API named the task running on the kernel's parent, in its first attempt
-        assert killed["task_id"] and killed["attempt"] == 0, killed
-        attempts = []
-        for _ in range(60):  # task events reach the state API with a delay
-            attempts = sorted((t.attempt_number, t.state) for t in list_tasks(filters=[("task_id", "=", killed["task_id"])]))
-            if attempts and attempts[-1][1] == "FINISHED":
-                break
-            time.sleep(0.5)
-        assert attempts == [(0, "FAILED"), (1, "FINISHED")], attempts  # retried once, by Ray
         ray_pids = _descendants() - before
     finally:
         if started:
             ray.shutdown()
+    assert "error" not in killed, killed
+    # the process killed was a Ray worker executing the point, a child of the raylet
+    assert killed["title"].startswith("ray::run_point") and "raylet" in killed["worker_parent"], killed
     points = S.expand(spec)
     assert res.ran == [p.id for p in points] and not res.failed
     for p in points:
         assert S.is_complete(tmp_path / "ray" / "points" / p.id, S.point_fingerprint(spec, p)), p.id
         assert not (tmp_path / "ray" / "points" / p.id / S.FAILED).exists(), p.id
-    # each point ran to its end exactly once: the killed attempt never got there
+    # point 3 started twice, the second time in another worker (Ray's retry); each point ran to its end once
+    starts = [line.split() for line in (gate / "started.log").read_text().splitlines()]
+    assert sorted(x for x, _ in starts) == ["1", "2", "3", "3"]
+    workers_3 = [int(pid) for x, pid in starts if x == "3"]
+    assert workers_3[0] == killed["worker"] and workers_3[1] != killed["worker"], (workers_3, killed)
     assert sorted((gate / "finished.log").read_text().split()) == ["1", "2", "3"]
-    assert (gate / "held-3").exists() and not (gate / "hold-3").exists()
-    # the same numbers as the in-process engine (no gate left: every point runs straight through)
+    # the same numbers as the in-process engine (the gate is claimed: every point runs straight through)
     local = S.run_sweep(S.load_spec(tmp_path / "gated.yaml"), out_dir=tmp_path / "local", cwd=ROOT, progress=False)
     assert local.ran == res.ran
     a = pd.read_parquet(tmp_path / "local" / "runs.parquet")
@@ -235,11 +233,17 @@ def test_ray_sweep_survives_a_worker_killed_mid_point(tmp_path):
     assert b.loc[b["point_id"] == points[2].id, "hit_rate"].item() == 0.75
     # nothing left behind: the orphaned kernel exits with its worker (ipykernel's parent poller),
     # and every process Ray started in this test is gone after shutdown
-    leftover = set()
+    leftover: list = []
     for _ in range(60):
-        leftover = {pid for pid in ray_pids | {killed["kernel"], killed["worker"]} if psutil.pid_exists(pid)
-                    and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE}
+        leftover = []
+        for pid in ray_pids | {killed["kernel"], killed["worker"]}:
+            try:
+                proc = psutil.Process(pid)
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    leftover.append((pid, " ".join(proc.cmdline())[:200]))
+            except psutil.NoSuchProcess:
+                pass
         if not leftover:
             break
         time.sleep(0.5)
-    assert ray_pids and not leftover, [(pid, " ".join(psutil.Process(pid).cmdline())[:200]) for pid in leftover]
+    assert ray_pids and not leftover, leftover
