@@ -201,7 +201,7 @@ class EvalConfig(_Section):
     generate: bool = True  # answer every question with the LLM
     incidents: bool = True  # replay the five incidents as part of the run
     # The LLM judge: an LLM name as in llm.name (smollm2, ollama:NAME, openai-compatible:URL), or
-    # None for no LLM-judged metrics. The embedded smollm2 is at chance level as a judge; its
+    # None for no LLM-judged metrics. The embedded smollm2 is no judge (0 of 40 calibration pairs); its
     # calibration says so and its metrics are marked unreliable. Point this at a capable model.
     judge: str | None = "smollm2"
     judge_url: str | None = None
