@@ -203,3 +203,27 @@ def test_traces_in_the_report_repeats_and_the_step_cap(make_settings, evalset2):
             assert "scratchpad" in block and "<pre>" in block
     for tool in {"search_kb", "read_document", "find_document", "list_documents"} - set(called):
         assert f"<code>{tool}</code>" not in html  # only tools that ran appear
+
+
+# ---- exact counts over a scripted model (a test double for control flow only: tests/test_agent.py)
+from tests.test_agent import QUESTION as JULIAN_QUESTION, ScriptedLLM, kb  # noqa: E402,F401 - kb is a fixture
+
+
+def test_a_scripted_run_gives_exact_step_and_tool_counts(kb):
+    """Two searches then a grounded finish: 3 decisions, all parsed, 2 search_kb calls, 2
+    compactions, finished by the model; the metrics over three such runs count exactly that."""
+    from adiyan.eval.agent_eval import run_question
+
+    script = {1: 'Action: search_kb\nAction Input: {"query": "Julian Alps Weekend price"}',
+              2: 'Action: search_kb\nAction Input: {"query": "Lake Bled Day Trip departure"}',
+              3: 'Action: finish\nAction Input: {"answer": "450 euros per person (TR-JUL-03)."}'}
+    llm = ScriptedLLM(lambda n, _: script[n])
+    run = run_question(kb.settings, llm, kb, kb.rp, JULIAN_QUESTION, "bob")
+    assert [s["tool"] for s in run["steps"]] == ["search_kb", "search_kb", "finish"]
+    assert run["tool_calls"] == {"search_kb": 2, "finish": 1}  # finish is a tool call too
+    assert run["n_steps"] == run["decisions"] == run["decisions_parsed"] == 3
+    assert run["compactions"] == 2 and run["stopped_reason"] == "finished"
+    assert run["answer"] == "450 euros per person (TR-JUL-03)." and run["answer_source"] == "model"
+    assert run["grounded"] is True and run["private_seen"] == []  # safe.md is alice's, bob never sees it
+    assert [s["args"] for s in run["steps"][:2]] == [{"query": "Julian Alps Weekend price"},
+                                                      {"query": "Lake Bled Day Trip departure"}]
