@@ -24,8 +24,15 @@ class _BaseEmbedder:
     prefixes: dict[str, str] = {}
     truncate_dim: int | None = None
 
-    def _probe_dims(self, model_id: str, truncate_dim: int | None) -> None:
-        """A server's model: its width from one probe call, then the Matryoshka cut and the id."""
+    def _server_model(self, model_id: str, model_name: str, url: str, prefixes, batch_size: int,
+                      timeout_s: float, truncate_dim: int | None) -> None:
+        """A server's model (client already set): where it is, its width from one probe call,
+        then the Matryoshka cut and the id."""
+        self.model_name = model_name
+        self.prefixes = dict(prefixes or {})
+        self.batch_size = batch_size
+        self.url = url
+        self.timeout_s = timeout_s
         self.id = model_id
         full = self._call(["dimension probe"]).shape[1]
         self.truncate_dim = truncate_dim if truncate_dim and truncate_dim < full else None
@@ -149,12 +156,7 @@ class OllamaEmbedder(_BaseEmbedder):
         import ollama  # optional: only for a model served by Ollama
 
         self._client = ollama.Client(host=url, timeout=timeout_s)
-        self.model_name = model_name
-        self.prefixes = dict(prefixes or {})
-        self.batch_size = batch_size
-        self.url = url
-        self.timeout_s = timeout_s
-        self._probe_dims(model_id, truncate_dim)
+        self._server_model(model_id, model_name, url, prefixes, batch_size, timeout_s, truncate_dim)
 
     def _call(self, texts: list[str]) -> np.ndarray:
         """One /api/embed request; a failure is a named ModelError (see remote.py)."""
@@ -190,12 +192,7 @@ class OpenAICompatibleEmbedder(_BaseEmbedder):
 
         self._client = openai.OpenAI(base_url=url, api_key=os.environ.get(api_key_env) or "not-needed",
                                      timeout=timeout_s, max_retries=max_retries)
-        self.model_name = model_name
-        self.prefixes = dict(prefixes or {})
-        self.batch_size = batch_size
-        self.url = url
-        self.timeout_s = timeout_s
-        self._probe_dims(model_id, truncate_dim)
+        self._server_model(model_id, model_name, url, prefixes, batch_size, timeout_s, truncate_dim)
 
     def _call(self, texts: list[str]) -> np.ndarray:
         """One /embeddings request; a failure is a named ModelError (see remote.py)."""
