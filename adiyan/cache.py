@@ -2,7 +2,9 @@
 
 The embedding cache maps sha256(embedder id, prefix, text) to a float32 row in SQLite. A
 ``CachedEmbedder`` wraps any embedder: texts already seen cost one look-up, the rest go to the
-model in one batch, and hits / misses are counted for the run's report.
+model in slices of ``CachedEmbedder.SLICE`` texts, each slice written to the cache as soon as it
+is embedded (a crash mid-encode loses at most one slice: the next run resumes where it stopped),
+and hits / misses are counted for the run's report.
 """
 
 from __future__ import annotations
@@ -86,9 +88,13 @@ class EmbeddingCache:
 class CachedEmbedder:
     """Any embedder, behind the embedding cache. Same interface as the embedder it wraps."""
 
-    def __init__(self, inner, cache: EmbeddingCache):
+    SLICE = 64  # texts per model call between cache writes
+    PROGRESS_MIN = 256  # misses from which a progress bar is shown (when ``progress``)
+
+    def __init__(self, inner, cache: EmbeddingCache, *, progress: bool = False):
         self.inner = inner
         self.cache = cache
+        self.progress = progress
         self.stats = CacheStats()
         self.id = inner.id
         self.dim = inner.dim
@@ -113,13 +119,34 @@ class CachedEmbedder:
         self.stats.hits += len(texts) - len(todo)
         self.stats.misses += len(todo)
         if todo:
-            vecs = self.inner.embed(list(todo.values()), kind)
-            fresh = dict(zip(todo.keys(), vecs))
-            self.cache.put_many(fresh)
-            found.update(fresh)
+            found.update(self._embed_misses(todo, kind))
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([found[k] for k in keys]).astype(np.float32)
+
+
+    def _embed_misses(self, todo: dict[str, str], kind: Kind | None) -> dict[str, np.ndarray]:
+        """Embed the misses slice by slice, committing each slice to the cache before the next."""
+        items = list(todo.items())
+        bar = None
+        if self.progress and len(items) >= self.PROGRESS_MIN:
+            from tqdm import tqdm  # third-party, optional UI: only for long encodes
+
+            bar = tqdm(total=len(items), desc=f"embed {self.id}", unit="text", leave=False)
+        out: dict[str, np.ndarray] = {}
+        try:
+            for i in range(0, len(items), self.SLICE):
+                part = items[i : i + self.SLICE]
+                vecs = self.inner.embed([t for _, t in part], kind)
+                fresh = {k: v for (k, _), v in zip(part, vecs)}
+                self.cache.put_many(fresh)
+                out.update(fresh)
+                if bar is not None:
+                    bar.update(len(part))
+        finally:
+            if bar is not None:
+                bar.close()
+        return out
 
 
 class CallCache:

@@ -51,3 +51,33 @@ def test_query_and_document_prefixes_are_cached_apart(nomic, tmp_path):
     d = cached.embed(["teal"], "document")
     assert cached.stats.misses == 2
     assert not np.array_equal(q, d)
+
+
+class FailingAfter(CountingEmbedder):
+    """Test double for control flow only: the real minilm, raising on call number ``fail_on``."""
+
+    def __init__(self, inner, fail_on):
+        super().__init__(inner)
+        self.fail_on = fail_on
+
+    def embed(self, texts, kind="document"):
+        if self.calls + 1 == self.fail_on:
+            raise RuntimeError("killed mid-encode")
+        return super().embed(texts, kind)
+
+
+def test_a_crash_mid_encode_keeps_the_finished_slices(minilm, tmp_path, monkeypatch):
+    monkeypatch.setattr(CachedEmbedder, "SLICE", 4)
+    texts = [f"passage number {i} about topic {i % 3}" for i in range(10)]  # slices of 4, 4, 2
+    crashing = CachedEmbedder(FailingAfter(minilm, fail_on=3), EmbeddingCache(tmp_path / "e.sqlite"))
+    try:
+        crashing.embed(texts)
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the double should have raised on the third slice")
+    resumed = CachedEmbedder(CountingEmbedder(minilm), EmbeddingCache(tmp_path / "e.sqlite"))
+    vecs = resumed.embed(texts)
+    assert resumed.inner.texts == 2  # only the slice that never finished is embedded again
+    assert (resumed.stats.hits, resumed.stats.misses) == (8, 2)
+    np.testing.assert_allclose(vecs, minilm.embed(texts), atol=1e-5)

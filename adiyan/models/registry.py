@@ -126,7 +126,7 @@ def embedder_from_settings(settings, *, cached: bool = True, progress: bool = Tr
                         timeout_s=ec.timeout_s, api_key_env=settings.llm.api_key_env)
     if not cached:
         return emb
-    return CachedEmbedder(emb, EmbeddingCache(Path(settings.paths.cache_dir) / "embeddings.sqlite"))
+    return CachedEmbedder(emb, EmbeddingCache(Path(settings.paths.cache_dir) / "embeddings.sqlite"), progress=progress)
 
 
 def llm_from_settings(settings):
