@@ -409,3 +409,16 @@ def test_experiments_that_do_not_search_the_kb_refuse_retrieval_settings(world):
         hnsw_point(vs, s, ef=16, access_filter=False)
     with pytest.raises(UnsupportedSetting, match="retrieval.query_transform=split.*memory experiment"):
         evaluate_memory(_settings(world, {"retrieval.query_transform": "split", "retrieval.use_calibrated_floors": True}))
+
+
+@pytest.mark.parametrize("setting", [("conversation.history_window", 2), ("conversation.facts_min_similarity", 0.5)])
+def test_invoke_eval_on_questions_refuses_conversation_settings(world, setting):
+    """conversation.* shape a turn's context; a question set has none, so a changed value is refused by
+    name before anything runs (the run would otherwise describe a setting that never applied)."""
+    key, value = setting
+    s = _settings(world, {key: value})
+    reports = world["root"] / "reports"
+    before = sorted(reports.iterdir()) if reports.exists() else []
+    with pytest.raises(UnsupportedSetting, match=rf"{key}={value} is not honoured by invoke eval"):
+        run_eval(s, progress=False)
+    assert (sorted(reports.iterdir()) if reports.exists() else []) == before  # no run directory was written
