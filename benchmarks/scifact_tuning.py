@@ -1,7 +1,10 @@
 """SciFact retrieval-quality routes (issue 16), tuned on train, evaluated once on test, through the product path.
 
     python benchmarks/scifact_tuning.py [--data ../shared/datasets/scifact] [--out reports/benchmarks/scifact_tuning.json]
-                                        [--final NAME ...] [--no-generalisation]
+                                        [--embedder minilm | nomic-embed-text | mpnet] [--no-generalisation]
+
+Each embedder's routes go to their own file (``scifact_tuning.json`` for MiniLM, the product default;
+``scifact_tuning.<embedder>.json`` otherwise), and ``benchmarks/scifact.py`` tabulates them all.
 
 Stage 1 (train, 809 queries): every train query's dense and BM25 lists are fetched once from the
 knowledge base's Qdrant collections under the access filter (``kb.search``, what the pipeline's
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -38,10 +42,21 @@ PRF_BETA = (0.25, 0.5)
 WINNER_TOLERANCE = 0.002  # train nDCG@10 differences below this are noise at 809 queries
 
 
-def _settings(config=None, overrides: dict | None = None):
+def _settings(config=None, overrides: dict | None = None, embedder: str = "minilm"):
     from adiyan.config import load_settings
 
-    return load_settings(config).with_overrides({**BASE, **(overrides or {})})
+    return load_settings(config).with_overrides({**BASE, "embedder.name": embedder, **(overrides or {})})
+
+
+def default_out(reports_dir, embedder: str) -> Path:
+    """Where an embedder's tuning report goes: MiniLM (the product default) keeps the plain name."""
+    stem = "scifact_tuning" if embedder == "minilm" else f"scifact_tuning.{embedder}"
+    return Path(reports_dir) / "benchmarks" / f"{stem}.json"
+
+
+def lists_file(cache_dir, embedder: str) -> Path:
+    """Stage 1's per-query lists, kept outside the repository for the offline multi-signal grid."""
+    return Path(cache_dir) / "benchmarks" / f"scifact_train_lists.{embedder}.pkl"
 
 
 def collect(kb, queries: dict, depth: int) -> dict:
@@ -117,6 +132,8 @@ def prf_lists(kb, data: dict, cfg: dict, depth: int, vec_of) -> dict:
 def overrides_of(cfg: dict) -> dict:
     """A grid point as settings overrides (what the product path runs)."""
     o = {"retrieval.mode": cfg.get("mode", "hybrid")}
+    if cfg.get("embedder"):
+        o["embedder.name"] = cfg["embedder"]
     if cfg.get("fusion") == "rrf" and "rrf_k" in cfg:
         o["retrieval.rrf_k"] = cfg["rrf_k"]
     if cfg.get("fusion") in ("dbsf", "convex"):
@@ -131,6 +148,9 @@ def overrides_of(cfg: dict) -> dict:
 
 
 def name_of(cfg: dict) -> str:
+    """A grid point's row name; an embedder other than MiniLM (the product default) prefixes it."""
+    emb = cfg.get("embedder")
+    tag = f"{emb}:" if emb and emb != "minilm" else ""
     mode = cfg.get("mode", "hybrid")
     if mode != "hybrid":
         base = mode
@@ -140,11 +160,15 @@ def name_of(cfg: dict) -> str:
         base = "dbsf"
     else:
         base = f"rrf_k{cfg.get('rrf_k', 60)}"
-    return base + (f"+prf_m{cfg['prf_docs']}_b{cfg['prf_weight']}" if cfg.get("prf_docs") else "")
+    return tag + base + (f"+prf_m{cfg['prf_docs']}_b{cfg['prf_weight']}" if cfg.get("prf_docs") else "")
 
 
-def tune_train(settings, data_dir: Path, *, depth: int = PRODUCT_DEPTH) -> dict:
-    """Stage 1: every grid point's train nDCG@10 / recall@100 from one fetch of the lists."""
+BASELINE = {"fusion": "rrf", "rrf_k": 60, "embedder": "minilm"}  # the product's hybrid RRF: every p-value is against it
+
+
+def tune_train(settings, data_dir: Path, *, depth: int = PRODUCT_DEPTH, lists_only: bool = False) -> dict:
+    """Stage 1: every grid point's train nDCG@10 / recall@100 from one fetch of the lists
+    (``lists_only``: fetch and keep the lists for scifact_signals.py, no grid)."""
     from adiyan.eval.beir import load_beir
     from adiyan.eval.evalset import beir_ids, materialize_beir
     from adiyan.eval.harness import close_index, open_index
@@ -158,17 +182,27 @@ def tune_train(settings, data_dir: Path, *, depth: int = PRODUCT_DEPTH) -> dict:
         t0 = time.perf_counter()
         data = collect(index.kb, train.queries, depth)
         collect_s = time.perf_counter() - t0
+        keep = lists_file(settings.paths.cache_dir, settings.embedder.name)
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        with keep.open("wb") as fh:  # trusted local file written by this script (scifact_signals.py reads it)
+            pickle.dump({"ids": ids, "lists": {q: {k: v for k, v in d.items() if k != "chunk_text"}
+                                               for q, d in data.items()}}, fh)
+        if lists_only:
+            return {"lists": str(keep), "collect_s": round(collect_s, 1)}
+        emb_name = settings.embedder.name
         grid = [{"mode": "dense"}, {"mode": "bm25"}, {"fusion": "dbsf"}]
         grid += [{"fusion": "rrf", "rrf_k": k} for k in (10, 20, 40, 60, 100)]
         grid += [{"fusion": "convex", "alpha": a, "norm": n} for n in ("minmax", "z") for a in ALPHAS]
+        grid = [{**g, "embedder": emb_name} for g in grid]
         rows = {}
         for cfg in grid:
             run = to_run(data, {q: fuse(l, cfg, depth) for q, l in data.items()}, ids)
             rows[name_of(cfg)] = {"cfg": cfg, **{m: round(v, 4) for m, v in evaluate_run(train.qrels, run, METRICS).items()}}
         best_fusion = max((r for r in rows.values() if r["cfg"].get("fusion") in ("convex", "dbsf")),
                           key=lambda r: r["ndcg@10"])["cfg"]
+        rrf_name = name_of({"fusion": "rrf", "rrf_k": 60, "embedder": emb_name})
         _log(f"train: best fusion {name_of(best_fusion)} {rows[name_of(best_fusion)]['ndcg@10']}, "
-             f"rrf {rows['rrf_k60']['ndcg@10']}")
+             f"rrf {rows[rrf_name]['ndcg@10']}")
         emb = index.kb.embedder
 
         def vec_of(texts):
@@ -177,8 +211,8 @@ def tune_train(settings, data_dir: Path, *, depth: int = PRODUCT_DEPTH) -> dict:
         t0 = time.perf_counter()
         # dense-first feedback lost on train from m=3 (a first run of the full 3 x 4 grid fell monotonically
         # with beta: m3 0.661 / 0.658 / 0.645 / 0.622, m5 0.661 / 0.649 / 0.626); the fused lists are better seeds
-        prf_grid = [({"mode": "dense"}, m, 0.25) for m in (3, 5)]
-        prf_grid += [(first, m, beta) for first in ({"fusion": "rrf", "rrf_k": 60}, best_fusion)
+        prf_grid = [({"mode": "dense", "embedder": emb_name}, m, 0.25) for m in (3, 5)]
+        prf_grid += [(first, m, beta) for first in ({"fusion": "rrf", "rrf_k": 60, "embedder": emb_name}, best_fusion)
                      for m in PRF_M for beta in PRF_BETA]
         for first, m, beta in prf_grid:
             cfg = {**first, "prf_docs": m, "prf_weight": beta}
@@ -306,6 +340,23 @@ def pipeline_train(settings, data_dir: Path, cfgs: dict) -> dict:
     from benchmarks.scifact import doc_id_of
 
     train = load_beir(data_dir, "train")
+    out = {}
+    for emb in dict.fromkeys(c.get("embedder") or settings.embedder.name for c in cfgs.values()):
+        group = {n: c for n, c in cfgs.items() if (c.get("embedder") or settings.embedder.name) == emb}
+        out.update(_pipeline_train_one(settings.with_overrides({"embedder.name": emb}), data_dir, train, group))
+    return out
+
+
+def _pipeline_train_one(settings, data_dir: Path, train, cfgs: dict) -> dict:
+    """pipeline_train for configurations sharing one embedder (one index)."""
+    from tqdm import tqdm
+
+    from adiyan.eval.evalset import beir_ids, materialize_beir
+    from adiyan.eval.harness import EVAL_REQUESTER, close_index, open_index, source_run
+    from adiyan.eval.ir_metrics import evaluate_run
+    from adiyan.factory import open_retriever
+    from benchmarks.scifact import doc_id_of
+
     index = open_index(settings, materialize_beir(data_dir, split="test"))
     out = {}
     try:
@@ -350,6 +401,25 @@ def evaluate_split(settings, beir_dir: Path, cfgs: dict, split: str, seed: int) 
             "index": idx}
 
 
+def encoding_cost(settings, data_dir: Path, n: int = 48) -> dict:
+    """The one-off cost of this embedder's index: ``n`` SciFact documents (as materialised: ``# title``
+    and text) embedded by the raw model, no cache, extrapolated to the corpus; the embedding cache
+    then makes every later run pay nothing for them."""
+    from adiyan.eval.beir import load_beir
+    from adiyan.models import embedder_from_settings
+
+    corpus = load_beir(data_dir, "test").corpus
+    docs = [(f"# {d['title']}\n\n" if d.get("title") else "") + d.get("text", "") for _, d in sorted(corpus.items())]
+    raw = embedder_from_settings(settings, cached=False, progress=False)
+    sample = docs[:: max(1, len(docs) // n)][:n]  # spread over the corpus, fixed
+    t0 = time.perf_counter()
+    raw.embed(sample, "document")
+    per_doc = (time.perf_counter() - t0) / len(sample)
+    return {"embedder": raw.id, "sample_docs": len(sample), "s_per_doc": round(per_doc, 4),
+            "corpus_docs": len(docs), "estimated_full_encode_min": round(per_doc * len(docs) / 60, 1),
+            "note": "measured on the sample with the machine as it was, extrapolated; paid once, then cached"}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=None)
@@ -359,11 +429,17 @@ def main(argv=None) -> int:
     ap.add_argument("--no-generalisation", action="store_true")
     ap.add_argument("--reuse-train", action="store_true", help="reuse stage 1 (<out>.train.json) if present")
     ap.add_argument("--train-only", action="store_true", help="stop after stage 1")
+    ap.add_argument("--embedder", default="minilm", help="the dense signal's embedder (an adiyan embedder name)")
+    ap.add_argument("--lists-only", action="store_true",
+                    help="only fetch and keep stage 1's lists (for benchmarks/scifact_signals.py)")
     args = ap.parse_args(argv)
-    settings = _settings(args.config)
+    settings = _settings(args.config, embedder=args.embedder)
     data_dir = Path(args.data) if args.data else Path(settings.paths.datasets_dir) / "scifact"
-    out = Path(args.out) if args.out else Path(settings.paths.reports_dir) / "benchmarks" / "scifact_tuning.json"
+    out = Path(args.out) if args.out else default_out(settings.paths.reports_dir, args.embedder)
     t_all = time.perf_counter()
+    if args.lists_only:
+        _log(str(tune_train(settings, data_dir, lists_only=True)))
+        return 0
     stage1 = out.with_suffix(".train.json")  # stage 1 kept, so a later stage can be re-run alone
     if args.reuse_train and stage1.is_file():
         train = json.loads(stage1.read_text(encoding="utf-8"))
@@ -376,7 +452,8 @@ def main(argv=None) -> int:
         _log("\n".join(f"{n:<34} {r['ndcg@10']:.4f} {r['recall@100']:.4f}"
                         for n, r in sorted(rows.items(), key=lambda kv: -kv[1]["ndcg@10"])))
         return 0
-    ranked = sorted((n for n in rows if n not in ("dense", "bm25", "rrf_k60")), key=lambda n: -rows[n]["ndcg@10"])
+    skip = {name_of({**c, "embedder": args.embedder}) for c in ({"mode": "dense"}, {"mode": "bm25"}, BASELINE)}
+    ranked = sorted((n for n in rows if n not in skip | {"rrf_k60"}), key=lambda n: -rows[n]["ndcg@10"])
     # the best of each route family, so the test figures cover the routes, not near-duplicates
     finals, families = {}, set()
     for n in ranked:
@@ -386,7 +463,11 @@ def main(argv=None) -> int:
             finals[n] = rows[n]["cfg"]
         if len(finals) == args.top:
             break
-    cfgs = {"rrf_k60": {"fusion": "rrf", "rrf_k": 60}, **finals}
+    cfgs = {"rrf_k60": dict(BASELINE), **finals}
+    if "rrf_k60" not in rows:  # another embedder's report: the baseline's train figure from MiniLM's stage 1
+        base_train = default_out(settings.paths.reports_dir, "minilm").with_suffix(".train.json")
+        if base_train.is_file():
+            rows["rrf_k60"] = json.loads(base_train.read_text(encoding="utf-8"))["rows"]["rrf_k60"]
     _log("finals: " + ", ".join(f"{n} (train {rows[n]['ndcg@10']})" for n in finals))
     ptrain = pipeline_train(settings, data_dir, cfgs)
     test = evaluate_split(settings, data_dir, cfgs, "test", settings.seed)
@@ -403,12 +484,15 @@ def main(argv=None) -> int:
             bdir = Path(settings.paths.datasets_dir) / ds_name / "beir"
             gen[ds_name] = evaluate_split(base, bdir, {"rrf_k60": cfgs["rrf_k60"], winner: cfgs[winner]}, "test",
                                           settings.seed)
-    bm25_file = out.with_suffix(".bm25.json")  # the k1 / b grid (bm25_grid), kept like stage 1
-    if not bm25_file.is_file():
+    # the k1 / b grid (bm25_grid), kept like stage 1; BM25 is the same for every embedder: MiniLM's grid
+    bm25_file = default_out(settings.paths.reports_dir, "minilm").with_suffix(".bm25.json")
+    if not bm25_file.is_file() and args.embedder == "minilm":
         bm25_file.write_text(json.dumps(bm25_grid(settings, data_dir), indent=2) + "\n", encoding="utf-8")
     report = {
         "benchmark": "scifact_tuning",
-        "bm25_params_offline": json.loads(bm25_file.read_text(encoding="utf-8")),
+        "embedder": args.embedder,
+        "bm25_params_offline": (json.loads(bm25_file.read_text(encoding="utf-8")) if args.embedder == "minilm"
+                                and bm25_file.is_file() else None),
         "prefetch_grid_offline": (json.loads(out.with_suffix(".prefetch.json").read_text(encoding="utf-8"))
                                   if out.with_suffix(".prefetch.json").is_file() else None), "path": "product (KB Qdrant collections, access filter, Retriever)",
         "train": {k: v for k, v in train.items()},
@@ -418,8 +502,7 @@ def main(argv=None) -> int:
         "finals": {n: {"cfg": c, "settings": overrides_of(c)} for n, c in cfgs.items()},
         "winner_rule": f"simplest final (no PRF) within {WINNER_TOLERANCE} train nDCG@10 of the best, by train only",
         "test": test, "winner_by_train": winner, "generalisation": gen,
-        "encoding_cost_not_paid": {"mpnet": "~68 min on 2 cores for 5,183 docs (0 of 5,183 product chunks cached)",
-                                   "nomic-embed-text": "slower than mpnet (1,280 of 5,183 cached)"},
+        "encoding_cost": encoding_cost(settings, data_dir),
         "total_s": round(time.perf_counter() - t_all, 1),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -433,19 +516,24 @@ def table(report: dict) -> str:
     """Every configuration tried: train nDCG@10 / R@100, and for those taken to test the test figure,
     the paired randomization p-value vs hybrid RRF and latency; then the one-off indexing cost."""
     t = report["test"]
-    lines = [f"{'config':<36} {'train':>7} {'R@100':>6} {'test':>7} {'p_vs_rrf':>9} {'p50ms':>7} {'p95ms':>7}"]
+    lines = [f"{'config':<52} {'train':>7} {'R@100':>6} {'test':>7} {'p_vs_rrf':>9} {'p50ms':>7} {'p95ms':>7}"]
     rows = report["train"]["rows"]
     for n in sorted(set(rows) | set(t["scores"]), key=lambda n: -rows.get(n, {}).get("ndcg@10", 0.0)):
         tr = rows.get(n, {})
-        cells = f"{n:<36} {tr.get('ndcg@10', float('nan')):>7.4f} {tr.get('recall@100', float('nan')):>6.3f}"
+        cells = f"{n:<52} {tr.get('ndcg@10', float('nan')):>7.4f} {tr.get('recall@100', float('nan')):>6.3f}"
         if n in t["scores"]:
             p = t["vs_rrf"].get(n, {}).get("ndcg@10", {}).get("p_value")
             cells += (f" {t['scores'][n]['ndcg@10']:>7.4f} {'' if p is None else f'{p:.4f}':>9} "
                       f"{t['latency_ms'][n]['p50']:>7.1f} {t['latency_ms'][n]['p95']:>7.1f}")
         lines.append(cells)
+    emb = report.get("embedder", "minilm")
     idx = {v.get("build_s") for v in t.get("index", {}).values()}
-    lines.append(f"indexing (one-off, whole-documents MiniLM index shared by every row): build_s {sorted(i for i in idx if i)}; "
-                 "no configuration needs another index")
+    lines.append(f"indexing (one-off, whole-documents indexes, MiniLM for rrf_k60 and {emb} for the rest): "
+                 f"build_s {sorted(i for i in idx if i)} (embeddings from the cache)")
+    enc = report.get("encoding_cost")
+    if enc:
+        lines.append(f"encoding {enc['embedder']}: {enc['s_per_doc']} s/doc on {enc['sample_docs']} docs -> "
+                     f"~{enc['estimated_full_encode_min']} min for {enc['corpus_docs']} docs, paid once (cache)")
     bm = report.get("bm25_params_offline")
     if bm:
         best = max(bm["rows"], key=lambda k: bm["rows"][k]["convex_z_a0.5"])

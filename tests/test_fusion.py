@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from adiyan.config import RetrievalConfig
-from adiyan.retrieval.fusion import convex, dbsf, normalise, rank_order, rocchio
+from adiyan.retrieval.fusion import convex, dbsf, normalise, rank_order, rocchio, weighted
 from adiyan.retrieval.pipeline import Retriever
 from adiyan.types import RetrievedChunk
 
@@ -43,6 +43,21 @@ def test_convex_z_missing_document_takes_the_lists_minimum():
     got = convex(d, s, 0.5, norm="z")
     assert got == pytest.approx({"a": 0.0, "b": 0.0, "c": -1.0})
     assert list(got) == ["a", "b", "c"]
+
+
+def test_weighted_three_lists_hand_computed_and_two_lists_equal_convex():
+    d1, d2, s = {"a": 3.0, "b": 1.0}, {"b": 5.0, "c": 1.0, "a": 3.0}, {"c": 2.0, "d": 0.0}
+    # z: d1 a +1, b -1 (floor -1); d2 b +1.2247, a 0, c -1.2247 (floor -1.2247); s c +1, d -1 (floor -1)
+    r = math.sqrt(1.5)
+    got = weighted([d1, d2, s], [0.5, 0.25, 0.25], norm="z")
+    want = {"a": 0.5 + 0.0 - 0.25, "b": -0.5 + 0.25 * r - 0.25, "c": -0.5 - 0.25 * r + 0.25,
+            "d": -0.5 - 0.25 * r - 0.25}
+    assert got == pytest.approx(want)
+    assert list(got) == ["a", "b", "c", "d"]
+    for norm in ("minmax", "z"):  # two lists: exactly the convex combination
+        assert weighted([DENSE, SPARSE], [0.3, 0.7], norm=norm) == pytest.approx(convex(DENSE, SPARSE, 0.3, norm=norm))
+    with pytest.raises(ValueError, match="sum to 1"):
+        weighted([d1, s], [0.5, 0.6])
 
 
 def test_dbsf_matches_a_hand_computed_example():

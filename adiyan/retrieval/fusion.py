@@ -108,6 +108,23 @@ def convex(dense: Mapping[str, float], sparse: Mapping[str, float], alpha: float
     return {d: acc[d] for d in (order[:top_k] if top_k is not None else order)}
 
 
+def weighted(lists: Sequence[Mapping[str, float]], weights: Sequence[float], *, norm: str = "z",
+             top_k: int | None = None) -> dict[str, float]:
+    """Σ wᵢ · norm(listᵢ) over any number of one query's lists (the convex combination generalised
+    to more signals, e.g. two dense models and BM25); a document missing from a list gets that
+    list's floor, as in ``convex``. Weights must be non-negative and sum to 1."""
+    if len(lists) != len(weights):
+        raise ValueError(f"fusion: {len(lists)} lists but {len(weights)} weights")
+    if any(w < 0 for w in weights) or abs(sum(weights) - 1.0) > 1e-9:
+        raise ValueError(f"fusion: weights must be >= 0 and sum to 1, got {list(weights)}")
+    normed = [normalise(docs, norm) for docs in lists]
+    floors = [_floor_of(n, norm) for n in normed]
+    keys = dict.fromkeys(d for n in normed for d in n)
+    acc = {d: sum(w * n.get(d, f) for w, n, f in zip(weights, normed, floors)) for d in keys}
+    order = rank_order(acc)
+    return {d: acc[d] for d in (order[:top_k] if top_k is not None else order)}
+
+
 def dbsf(lists: Sequence[Mapping[str, float]], *, top_k: int | None = None) -> dict[str, float]:
     """Distribution-based score fusion of one query's lists (Qdrant's ``Fusion.DBSF``): the sum of
     each list's mean ± 3σ-normalised scores, a missing document contributing 0."""
