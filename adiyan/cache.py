@@ -1,6 +1,7 @@
 """On-disk caches keyed by content hash, so a sweep pays only for what changed.
 
-The embedding cache maps sha256(embedder id, prefix, text) to a float32 row in SQLite. A
+The embedding cache maps sha256(embedder id, prefix, text) to a float32 row in SQLite (for a
+Matryoshka-cut model, the full-width row under the full model's id: every width shares one encode). A
 ``CachedEmbedder`` wraps any embedder: texts already seen cost one look-up, the rest go to the
 model in slices of ``CachedEmbedder.SLICE`` texts, each slice written to the cache as soon as it
 is embedded (a crash mid-encode loses at most one slice: the next run resumes where it stopped),
@@ -99,6 +100,10 @@ class CachedEmbedder:
         self.id = inner.id
         self.dim = inner.dim
         self.normalized = inner.normalized
+        # a Matryoshka-cut model caches its full-width rows under the full model's id and cuts on the
+        # way out, so every width of one model shares one encode (embedders without embed_full: as is)
+        self._full = bool(getattr(inner, "truncate_dim", None)) and hasattr(inner, "embed_full")
+        self._key_id = inner.full_id if self._full else inner.id
 
     def prefix(self, kind: Kind | None) -> str:
         return self.inner.prefix(kind)
@@ -110,7 +115,7 @@ class CachedEmbedder:
         if isinstance(texts, str):
             raise TypeError("embed() takes a sequence of texts, not one string")
         pre = self.prefix(kind)
-        keys = [embedding_key(self.id, pre, t) for t in texts]
+        keys = [embedding_key(self._key_id, pre, t) for t in texts]
         found = self.cache.get_many(keys)
         todo: dict[str, str] = {}
         for k, t in zip(keys, texts):
@@ -122,7 +127,8 @@ class CachedEmbedder:
             found.update(self._embed_misses(todo, kind))
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return np.stack([found[k] for k in keys]).astype(np.float32)
+        rows = np.stack([found[k] for k in keys]).astype(np.float32)
+        return self.inner.cut(rows) if self._full else rows
 
 
     def _embed_misses(self, todo: dict[str, str], kind: Kind | None) -> dict[str, np.ndarray]:
@@ -137,7 +143,8 @@ class CachedEmbedder:
         try:
             for i in range(0, len(items), self.SLICE):
                 part = items[i : i + self.SLICE]
-                vecs = self.inner.embed([t for _, t in part], kind)
+                texts = [t for _, t in part]
+                vecs = self.inner.embed_full(texts, kind) if self._full else self.inner.embed(texts, kind)
                 fresh = {k: v for (k, _), v in zip(part, vecs)}
                 self.cache.put_many(fresh)
                 out.update(fresh)

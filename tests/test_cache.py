@@ -81,3 +81,23 @@ def test_a_crash_mid_encode_keeps_the_finished_slices(minilm, tmp_path, monkeypa
     assert resumed.inner.texts == 2  # only the slice that never finished is embedded again
     assert (resumed.stats.hits, resumed.stats.misses) == (8, 2)
     np.testing.assert_allclose(vecs, minilm.embed(texts), atol=1e-5)
+
+
+def test_every_matryoshka_width_shares_one_encode(minilm, tmp_path):
+    """A truncated model caches the full-width row under the full model's id: once the full width is
+    cached, a 128-d embedder over the same texts makes no model call, and equals the cut by hand."""
+    from adiyan.models.embedders import SentenceTransformerEmbedder
+
+    narrow = SentenceTransformerEmbedder("minilm", minilm.path, truncate_dim=128)
+    assert (narrow.id, narrow.full_id, narrow.dim) == ("minilm@128", "minilm", 128)
+    texts = ["the ibex came back in 1978", "a refund needs the booking code"]
+    wide = CachedEmbedder(minilm, EmbeddingCache(tmp_path / "e.sqlite"))
+    full = wide.embed(texts, "document")
+    spy = CountingEmbedder(narrow)
+    spy.truncate_dim, spy.full_id, spy.cut = 128, "minilm", narrow.cut  # the double forwards the Matryoshka API
+    spy.embed_full = lambda t, kind="document": (_ for _ in ()).throw(AssertionError("model called"))
+    cut = CachedEmbedder(spy, EmbeddingCache(tmp_path / "e.sqlite")).embed(texts, "document")
+    assert cut.shape == (2, 128) and spy.calls == 0
+    by_hand = full[:, :128] / np.linalg.norm(full[:, :128], axis=1, keepdims=True)
+    np.testing.assert_allclose(cut, by_hand, atol=1e-6)
+    np.testing.assert_allclose(narrow.embed(texts, "document"), by_hand, atol=1e-5)  # the uncached model agrees

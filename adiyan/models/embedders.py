@@ -49,11 +49,22 @@ class _BaseEmbedder:
             raise TypeError("embed() takes a sequence of texts, not one string")
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        return self.cut(self.embed_full(texts, kind))
+
+    @property
+    def full_id(self) -> str:
+        """The full-width model's id: the embedding cache stores full rows under it, so every
+        Matryoshka width of one model shares one encode."""
+        return self.id[: -len(f"@{self.truncate_dim}")] if self.truncate_dim else self.id
+
+    def embed_full(self, texts: Sequence[str], kind: Kind | None = "document") -> np.ndarray:
+        """Full-width rows (before any Matryoshka cut), L2-normalised float32."""
         pre = self.prefix(kind)
-        raw = self._embed_raw([pre + t for t in texts])
-        if self.truncate_dim:
-            raw = raw[:, : self.truncate_dim]  # Matryoshka: keep the head, then re-normalise
-        return l2_normalize(raw)
+        return l2_normalize(self._embed_raw([pre + t for t in texts]))
+
+    def cut(self, full: np.ndarray) -> np.ndarray:
+        """The Matryoshka cut of full-width rows: keep the head, then re-normalise."""
+        return l2_normalize(full[:, : self.truncate_dim]) if self.truncate_dim else full
 
     def _embed_raw(self, texts: list[str]) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
