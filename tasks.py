@@ -19,8 +19,10 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAGAS_DO_NOT
                "MEM0_TELEMETRY": "False", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def _cli(c, args: str, config: str | None = None, set_: list[str] | None = None, **kw):
+def _cli(c, args: str, config: str | None = None, set_: list[str] | None = None, preset: str | None = None, **kw):
     opts = ""
+    if preset:
+        opts += f" --preset {preset}"
     if config:
         opts += f" --config {config}"
     for item in set_ or []:
@@ -44,10 +46,10 @@ def test(c, all=False, k=None, x=False):
 
 
 @task(iterable=["set_"], help={"config": "YAML config file", "set_": "override: key=value (repeatable)",
-                               "quiet": "no progress bars"})
-def eval(c, config=None, set_=None, quiet=False):  # noqa: A001 - the verb users type
+                               "quiet": "no progress bars", "preset": "a shipped preset (adiyan/presets/NAME.yaml)"})
+def eval(c, config=None, set_=None, quiet=False, preset=None):  # noqa: A001 - the verb users type
     """Ingest the evalset, answer every question, score, write reports/<run-id>/ and reports/index.html."""
-    _cli(c, "eval" + (" --quiet" if quiet else ""), config, set_)
+    _cli(c, "eval" + (" --quiet" if quiet else ""), config, set_, preset)
 
 
 @task(iterable=["only"], help={"only": "check only this model (repeatable)", "json": "print JSON"})
@@ -102,10 +104,10 @@ def bench(c, suite="all"):
     c.run(f"{PY} {ROOT / 'benchmarks' / 'run_all.py'} --suite {suite}", env=OFFLINE_ENV, pty=False)
 
 
-@task(iterable=["set_"])
-def config(c, config=None, set_=None):
+@task(iterable=["set_"], help={"preset": "a shipped preset (adiyan/presets/NAME.yaml)"})
+def config(c, config=None, set_=None, preset=None):
     """Print the resolved configuration and its hash."""
-    _cli(c, "config", config, set_)
+    _cli(c, "config", config, set_, preset)
 
 
 def lab_command(port: int = 8888, ip: str = "127.0.0.1") -> str:

@@ -28,7 +28,7 @@ from .retrieval.pipeline import UnsupportedSetting
 
 
 def _settings(args):
-    return load_settings(args.config, parse_set(args.set or []))
+    return load_settings(args.config, parse_set(args.set or []), preset=args.preset)
 
 
 def cmd_config(args) -> int:
@@ -244,6 +244,7 @@ def _table(rows) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="adiyan", description="Adiyan RAG workbench")
     p.add_argument("--config", help="YAML config file (else $ADIYAN_CONFIG, else defaults)")
+    p.add_argument("--preset", help="a shipped preset (adiyan/presets/NAME.yaml), under --config and --set")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("config", help="print the resolved configuration and its hash").set_defaults(fn=cmd_config)

@@ -310,7 +310,29 @@ def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 
 
 # ADIYAN_* variables that steer tools rather than the config.
-_NON_CONFIG_ENV = {"ADIYAN_CONFIG", "ADIYAN_VENV"}
+_NON_CONFIG_ENV = {"ADIYAN_CONFIG", "ADIYAN_PRESET", "ADIYAN_VENV", "ADIYAN_INSTALL_LIBREOFFICE"}
+
+# Named presets shipped with the package (adiyan/presets/<name>.yaml): a configuration measured
+# as a whole (each file says where its figures come from), applied under the user's file.
+PRESETS_DIR = Path(__file__).with_name("presets")
+
+
+def presets() -> dict[str, Path]:
+    """{name: file} of the shipped presets."""
+    return {p.stem: p for p in sorted(PRESETS_DIR.glob("*.yaml"))}
+
+
+def read_yaml_mapping(p: Path, error: type[Exception] = ConfigError, missing: str = "config file not found") -> dict:
+    """A YAML file whose top level is a mapping; anything else raises ``error`` naming the file."""
+    if not p.is_file():
+        raise error(f"{p}: {missing}")
+    try:
+        loaded = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise error(f"{p}: not valid YAML: {exc}") from None
+    if not isinstance(loaded, Mapping):
+        raise error(f"{p}: top level must be a mapping, got {type(loaded).__name__}")
+    return loaded
 
 
 def parse_set(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
@@ -329,22 +351,23 @@ def load_settings(
     overrides: Mapping[str, Any] | None = None,
     *,
     environ: Mapping[str, str] | None = None,
+    preset: str | None = None,
 ) -> Settings:
-    """Resolve defaults < YAML file (``path`` or ``$ADIYAN_CONFIG``) < ADIYAN_* env < overrides."""
+    """Resolve defaults < preset (``preset`` or ``$ADIYAN_PRESET``) < YAML file (``path`` or
+    ``$ADIYAN_CONFIG``) < ADIYAN_* env < overrides."""
     environ = os.environ if environ is None else environ
     data = Settings().to_dict()
+    preset = preset or environ.get("ADIYAN_PRESET")
+    if preset:
+        available = presets()
+        if preset not in available:
+            raise ConfigError(f"unknown preset {preset!r}; shipped presets: {', '.join(available) or 'none'} "
+                              f"({PRESETS_DIR})")
+        _merge(data, read_yaml_mapping(available[preset]), source=f"preset {preset} ({available[preset]})")
     path = path or environ.get("ADIYAN_CONFIG")
     if path:
         p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"{p}: config file not found")
-        try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: not valid YAML: {exc}") from None
-        if not isinstance(loaded, Mapping):
-            raise ConfigError(f"{p}: top level must be a mapping, got {type(loaded).__name__}")
-        _merge(data, loaded, source=str(p))
+        _merge(data, read_yaml_mapping(p), source=str(p))
     for key, value in env_overrides(environ).items():
         _set_path(data, key.split("."), value, source=f"env {ENV_PREFIX}{key.upper().replace('.', '__')}")
     for key, value in (overrides or {}).items():

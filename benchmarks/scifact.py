@@ -325,9 +325,19 @@ def run_scifact(data: str | os.PathLike | None = None, out: str | os.PathLike | 
         },
         "timings_s": {k: round(v, 2) for k, v in timings.items()},
     }
-    tuning = Path(settings.paths.reports_dir) / "benchmarks" / "scifact_tuning.json"
+    bench_dir = Path(settings.paths.reports_dir) / "benchmarks"
+    tuning = bench_dir / "scifact_tuning.json"
     if tuning.is_file():  # the routes of issue 16, tuned on train (benchmarks/scifact_tuning.py)
         report["tuning"] = json.loads(tuning.read_text(encoding="utf-8"))
+    # the same routes over other dense models (scifact_tuning.py --embedder NAME), and the offline
+    # multi-signal grid (scifact_signals.py); stage files (.train / .bm25 / .prefetch) are not reports
+    report["tuning_other_embedders"] = {
+        f.stem.split(".", 1)[1]: json.loads(f.read_text(encoding="utf-8"))
+        for f in sorted(bench_dir.glob("scifact_tuning.*.json"))
+        if f.stem.split(".", 1)[1] not in ("train", "bm25", "prefetch") and "." not in f.stem.split(".", 1)[1]}
+    signals = bench_dir / "scifact_signals.json"
+    if signals.is_file():
+        report["signals_offline"] = json.loads(signals.read_text(encoding="utf-8"))
     _log(summary_table(report))
     if out:
         out = Path(out)
@@ -363,6 +373,13 @@ def summary_table(report: dict) -> str:
             from benchmarks.scifact_tuning import table as tuning_table
 
         lines.append("tuned on train, tested once (benchmarks/scifact_tuning.py):\n" + tuning_table(report["tuning"]))
+        for emb, rep in (report.get("tuning_other_embedders") or {}).items():
+            lines.append(f"the same routes with {emb} as the dense signal (--embedder {emb}):\n" + tuning_table(rep))
+    sig = report.get("signals_offline")
+    if sig:
+        rows = sig["rows"]
+        lines.append(f"signals {' + '.join(sig['signals'])} (offline, train, {len(rows)} weightings): best {sig['best']} "
+                     f"{rows[sig['best']]}; best with <= 2 signals {sig['best_two_signals']} {rows[sig['best_two_signals']]}")
     return "\n".join(lines)
 
 

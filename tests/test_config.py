@@ -93,3 +93,27 @@ def test_calibrated_floors_are_used_unless_configured(tmp_path, monkeypatch):
     assert score_floor(s, "nomic-embed-text") == 0.55  # configured wins
     assert score_floor(s, "unknown") == 0.0
     assert score_floor(s.with_overrides({"retrieval.use_calibrated_floors": False}), "mpnet") == 0.0
+
+
+def test_a_preset_sits_under_the_file_env_and_set(tmp_path, monkeypatch):
+    from adiyan import config as config_module
+
+    (tmp_path / "fast.yaml").write_text("retrieval:\n  kb_top_k: 9\n  mode: hybrid\n", encoding="utf-8")
+    monkeypatch.setattr(config_module, "PRESETS_DIR", tmp_path)  # a preset folder of the test's own
+    s = load_settings(None, preset="fast", environ={})
+    assert (s.retrieval.kb_top_k, s.retrieval.mode) == (9, "hybrid")
+    user = tmp_path / "user.yaml"
+    user.write_text("retrieval:\n  kb_top_k: 3\n", encoding="utf-8")
+    s = load_settings(user, preset="fast", environ={})
+    assert (s.retrieval.kb_top_k, s.retrieval.mode) == (3, "hybrid")  # the file wins, the rest of the preset stays
+    s = load_settings(None, {"retrieval.mode": "dense"}, environ={"ADIYAN_PRESET": "fast"})
+    assert (s.retrieval.kb_top_k, s.retrieval.mode) == (9, "dense")
+    with pytest.raises(ConfigError, match=r"unknown preset 'nope'; shipped presets: fast"):
+        load_settings(None, preset="nope", environ={})
+
+
+def test_every_shipped_preset_loads():
+    from adiyan.config import presets
+
+    for name in presets():
+        load_settings(None, preset=name, environ={})

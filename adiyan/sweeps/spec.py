@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import nbformat
-import yaml
+
+from ..config import read_yaml_mapping
 
 SWEEPS_DIR = Path("sweeps")
 OUT_ROOT = Path("reports") / "sweeps"
@@ -96,15 +97,8 @@ def load_spec(name_or_path: str | os.PathLike, sweeps_dir: str | os.PathLike = S
     p = Path(name_or_path)
     if not p.suffix:
         p = Path(sweeps_dir) / f"{name_or_path}.yaml"
-    if not p.is_file():
-        avail = sorted(x.stem for x in Path(sweeps_dir).glob("*.yaml")) if Path(sweeps_dir).is_dir() else []
-        raise SweepError(f"{p}: no such sweep spec" + (f"; available: {', '.join(avail)}" if avail else ""))
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise SweepError(f"{p}: not valid YAML: {exc}") from None
-    if not isinstance(data, Mapping):
-        raise SweepError(f"{p}: top level must be a mapping")
+    avail = sorted(x.stem for x in Path(sweeps_dir).glob("*.yaml")) if Path(sweeps_dir).is_dir() else []
+    data = read_yaml_mapping(p, SweepError, "no such sweep spec" + (f"; available: {', '.join(avail)}" if avail else ""))
     return SweepSpec.from_dict(data, name=p.stem, source=str(p))
 
 
