@@ -79,3 +79,25 @@ def test_sweep_cost_checks_that_points_do_real_work():
     assert sweep_cost.checks_for("ef", flat) == {"hnsw_built_for_every_point": False, "recall_rises_with_ef": False}
     cached = [{"metrics": {"n_chunks": n, "index_embedded_texts": e}} for n, e in ((214, 214), (134, 0))]
     assert sweep_cost.checks_for("chunk_size", cached)["every_point_embedded_texts"] is False
+
+
+def test_scifact_tuning_runs_each_row_on_the_embedder_it_names():
+    """A row tuned over another dense model carries that model into the settings it runs with, and
+    the p-value baseline is always the product's MiniLM hybrid RRF (not the other model's)."""
+    from benchmarks.scifact_tuning import BASELINE, name_of, overrides_of
+
+    cfg = {"fusion": "convex", "alpha": 0.3, "norm": "z", "embedder": "nomic-embed-text"}
+    assert name_of(cfg) == "nomic-embed-text:convex_z_a0.3"
+    assert overrides_of(cfg) == {"retrieval.mode": "hybrid", "embedder.name": "nomic-embed-text",
+                                 "retrieval.fusion": "convex", "retrieval.fusion_weight": 0.3,
+                                 "retrieval.fusion_norm": "z"}
+    assert name_of(BASELINE) == "rrf_k60" and overrides_of(BASELINE)["embedder.name"] == "minilm"
+
+
+def test_scifact_signals_grid_covers_the_simplex_once():
+    from benchmarks.scifact_signals import grid
+
+    points = list(grid(3, 0.25))
+    assert len(points) == 15 == len(set(points))  # C(4 + 2, 2) weightings of three signals in quarters
+    assert all(abs(sum(p) - 1) < 1e-9 and min(p) >= 0 for p in points)
+    assert (0.5, 0.25, 0.25) in points and (1.0, 0.0, 0.0) in points
