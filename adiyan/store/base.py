@@ -176,7 +176,10 @@ class VectorStore(Protocol):
 
         ``rrf_k`` follows Cormack et al. (2009): score = Σ 1/(k + rank), ranks from 1. Qdrant counts
         ranks from 0 and scores 1/(k + rank0), so the engines are given k + 1: the scores equal
-        the paper's formula exactly (checked in the store contract tests).
+        the paper's formula exactly (checked in the store contract tests). Equal fused scores are
+        common (a document ranked r in one list ties with one ranked r in the other) and the
+        engine orders them differently from one process to the next, so implementations fetch the
+        whole fused list (at most 2 x prefetch) and cut it with :func:`settle_ties`.
         """
         ...
 
@@ -187,3 +190,14 @@ class VectorStore(Protocol):
     def optimize(self, name: str) -> None: ...
 
     def close(self) -> None: ...
+
+
+def fused_limit(limit: int, prefetch: int) -> int:
+    """How many fused hits to ask the engine for so that no tie straddles the cut: all of them."""
+    return max(int(limit), 2 * int(prefetch))
+
+
+def settle_ties(hits: list, limit: int) -> list:
+    """Hits by score descending, equal scores by point id, cut to ``limit``: the same order in every
+    process (Qdrant's fusion returns tied points in an order that varies between runs)."""
+    return sorted(hits, key=lambda h: (-h.score, h.id))[:limit]

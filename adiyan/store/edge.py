@@ -21,7 +21,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import INDEXED_FIELDS, SCHEMA_VERSION, SPARSE_NAME, CollectionMeta, Empty, Filter, Hit, Point, Sparse, StoreError
+from .base import (INDEXED_FIELDS, SCHEMA_VERSION, SPARSE_NAME, CollectionMeta, Empty, Filter, Hit, Point, Sparse,
+                   StoreError, fused_limit, settle_ties)
 
 _SCROLL_PAGE = 1000
 
@@ -250,11 +251,11 @@ class EdgeStore:
         sparse = qe.Prefetch(limit=prefetch, filter=ef_filter,
                              query=qe.Query.Nearest(qe.SparseVector(list(query.indices), list(query.values)),
                                                     using=SPARSE_NAME))
-        req = qe.QueryRequest(limit=limit, prefetches=[dense, sparse], query=qe.Fusion.Rrf(k=rrf_k + 1),
-                              filter=ef_filter, with_payload=True)
+        req = qe.QueryRequest(limit=fused_limit(limit, prefetch), prefetches=[dense, sparse],
+                              query=qe.Fusion.Rrf(k=rrf_k + 1), filter=ef_filter, with_payload=True)
         with self._lock:
             res = self._shard(name).query(req)
-        return [Hit(str(r.id), float(r.score), dict(r.payload or {})) for r in res]
+        return settle_ties([Hit(str(r.id), float(r.score), dict(r.payload or {})) for r in res], limit)
 
     def scroll(self, name: str, *, flt: Filter | None = None, with_vectors: bool = False) -> Iterable[Point]:
         qe = _edge()

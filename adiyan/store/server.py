@@ -13,7 +13,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import INDEXED_FIELDS, SCHEMA_VERSION, SPARSE_NAME, CollectionMeta, Empty, Filter, Hit, Point, Sparse, StoreError
+from .base import (INDEXED_FIELDS, SCHEMA_VERSION, SPARSE_NAME, CollectionMeta, Empty, Filter, Hit, Point, Sparse,
+                   StoreError, fused_limit, settle_ties)
 from .edge import EdgeStore
 
 
@@ -155,8 +156,9 @@ class ServerStore:
                 m.Prefetch(query=m.SparseVector(indices=list(query.indices), values=list(query.values)),
                            using=SPARSE_NAME, limit=prefetch, filter=f),
             ],
-            query=m.RrfQuery(rrf=m.Rrf(k=rrf_k + 1)), limit=limit, query_filter=f, with_payload=True)
-        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in res.points]
+            query=m.RrfQuery(rrf=m.Rrf(k=rrf_k + 1)), limit=fused_limit(limit, prefetch), query_filter=f,
+            with_payload=True)
+        return settle_ties([Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in res.points], limit)
 
     def scroll(self, name: str, *, flt: Filter | None = None, with_vectors: bool = False) -> Iterable[Point]:
         offset = None
