@@ -322,6 +322,24 @@ def presets() -> dict[str, Path]:
     return {p.stem: p for p in sorted(PRESETS_DIR.glob("*.yaml"))}
 
 
+def preset_overrides(name: str) -> dict[str, Any]:
+    """A shipped preset as dotted ``--set`` keys (what benchmarks run it with)."""
+    available = presets()
+    if name not in available:
+        raise ConfigError(f"unknown preset {name!r}; shipped presets: {', '.join(available) or 'none'}")
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Mapping) -> None:
+        for k, v in node.items():
+            if isinstance(v, Mapping):
+                walk(f"{prefix}{k}.", v)
+            else:
+                out[f"{prefix}{k}"] = v
+
+    walk("", read_yaml_mapping(available[name]))
+    return out
+
+
 def read_yaml_mapping(p: Path, error: type[Exception] = ConfigError, missing: str = "config file not found") -> dict:
     """A YAML file whose top level is a mapping; anything else raises ``error`` naming the file."""
     if not p.is_file():

@@ -128,6 +128,16 @@ PRODUCT_TUNED = {
 }
 
 
+def _presets() -> dict:
+    """The shipped presets (adiyan/presets), each run on the whole-documents index like the rows above."""
+    from adiyan.config import preset_overrides, presets
+
+    return {f"preset_{name}": preset_overrides(name) for name in presets()}
+
+
+PRODUCT_TUNED.update(_presets())
+
+
 def doc_id_of(source_key: str) -> str:
     """``adiyan-office/<id>.md`` (a materialised BEIR passage) → ``<id>``."""
     name = source_key.split("/", 1)[1]

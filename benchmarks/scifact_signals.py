@@ -42,7 +42,7 @@ def grid(n: int, step: float = STEP):
         yield tuple(round(x * step, 4) for x in w)
 
 
-def run(embedders: list[str], cache_dir: Path, data_dir: Path, norms=("z", "minmax")) -> dict:
+def run(embedders: list[str], cache_dir: Path, data_dir: Path, norms=("z",), step: float = STEP) -> dict:
     from adiyan.eval.beir import load_beir
     from adiyan.eval.ir_metrics import evaluate_run
     from adiyan.retrieval.fusion import weighted
@@ -69,7 +69,7 @@ def run(embedders: list[str], cache_dir: Path, data_dir: Path, norms=("z", "minm
     rows = {}
     t0 = time.perf_counter()
     for norm in norms:
-        for w in grid(len(names)):
+        for w in grid(len(names), step):
             fused = {q: weighted(m["sig"], w, norm=norm, top_k=PRODUCT_DEPTH) for q, m in merged.items()}
             score = evaluate_run(qrels, to_run(merged, fused, ids), ["ndcg@10"])["ndcg@10"]
             rows[f"{norm}:" + ",".join(f"{n}={x}" for n, x in zip(names, w))] = round(score, 4)
@@ -89,11 +89,13 @@ def main(argv=None) -> int:
     ap.add_argument("--embedders", nargs="+", default=["minilm", "nomic-embed-text"])
     ap.add_argument("--data", default=None)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--norms", nargs="+", default=["z"], help="z and/or minmax (z won every two-signal grid)")
+    ap.add_argument("--step", type=float, default=STEP)
     args = ap.parse_args(argv)
     s = load_settings(None)
     data_dir = Path(args.data) if args.data else Path(s.paths.datasets_dir) / "scifact"
     out = Path(args.out) if args.out else Path(s.paths.reports_dir) / "benchmarks" / "scifact_signals.json"
-    res = run(args.embedders, Path(s.paths.cache_dir), data_dir)
+    res = run(args.embedders, Path(s.paths.cache_dir), data_dir, tuple(args.norms), args.step)
     out.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
     _log(f"wrote {out}")
     return 0

@@ -112,8 +112,17 @@ def test_a_preset_sits_under_the_file_env_and_set(tmp_path, monkeypatch):
         load_settings(None, preset="nope", environ={})
 
 
-def test_every_shipped_preset_loads():
-    from adiyan.config import presets
+def test_every_shipped_preset_is_applied_whole():
+    """Each shipped preset resolves with every one of its values in force (none dropped or renamed),
+    and changes the defaults (a preset equal to the defaults would describe nothing)."""
+    from adiyan.config import preset_overrides, presets
 
+    assert "nomic-hybrid" in presets()
     for name in presets():
-        load_settings(None, preset=name, environ={})
+        s = load_settings(None, preset=name, environ={}).to_dict()
+        base = Settings().to_dict()
+        flat = preset_overrides(name)
+        for key, value in flat.items():
+            section, field = key.split(".", 1)
+            assert s[section][field] == value, (name, key)
+        assert any(base[k.split(".")[0]][k.split(".", 1)[1]] != v for k, v in flat.items()), name
