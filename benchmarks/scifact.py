@@ -117,7 +117,8 @@ PRODUCT_VARIANTS = {
 
 # Configurations tuned on SciFact train (benchmarks/scifact_tuning.py, issue 16), run on the
 # whole-documents index beside the modes above: name -> retrieval settings.
-# Test nDCG@10 (train): convex 0.7316 (0.7359), + PRF 0.7330 (0.7366), RRF k=10 0.7293 (0.7238); RRF k=60 0.7184.
+# Test nDCG@10 (train): convex 0.7316 (0.7359), + PRF 0.7330 (0.7366), RRF k=10 0.7206 (0.7252); RRF k=60 0.7121
+# (engine RRF with ties settled by point id); the preset nomic-hybrid 0.7422 (0.7575).
 PRODUCT_TUNED = {
     "hybrid_convex_z_a0.5": {"retrieval.mode": "hybrid", "retrieval.fusion": "convex", "retrieval.fusion_weight": 0.5,
                              "retrieval.fusion_norm": "z"},

@@ -528,7 +528,8 @@ def table(report: dict) -> str:
         lines.append(cells)
     emb = report.get("embedder", "minilm")
     idx = {v.get("build_s") for v in t.get("index", {}).values()}
-    lines.append(f"indexing (one-off, whole-documents indexes, MiniLM for rrf_k60 and {emb} for the rest): "
+    which = "one MiniLM index for every row" if emb == "minilm" else f"MiniLM for rrf_k60, {emb} for the rest"
+    lines.append(f"indexing (one-off, whole-documents indexes, {which}): "
                  f"build_s {sorted(i for i in idx if i)} (embeddings from the cache)")
     enc = report.get("encoding_cost")
     if enc:
