@@ -412,7 +412,7 @@ def test_experiments_that_do_not_search_the_kb_refuse_retrieval_settings(world):
 
 
 @pytest.mark.parametrize("setting", [("conversation.history_window", 2), ("conversation.facts_min_similarity", 0.5)])
-def test_invoke_eval_on_questions_refuses_conversation_settings(world, setting):
+def test_question_set_entry_points_refuse_conversation_settings(world, setting):
     """conversation.* shape a turn's context; a question set has none, so a changed value is refused by
     name before anything runs (the run would otherwise describe a setting that never applied)."""
     key, value = setting
@@ -422,3 +422,7 @@ def test_invoke_eval_on_questions_refuses_conversation_settings(world, setting):
     with pytest.raises(UnsupportedSetting, match=rf"{key}={value} is not honoured by invoke eval"):
         run_eval(s, progress=False)
     assert (sorted(reports.iterdir()) if reports.exists() else []) == before  # no run directory was written
+    with pytest.raises(UnsupportedSetting, match=rf"{key}={value} is not honoured by the retrieval experiment"):
+        evaluate_retrieval(s)
+    with pytest.raises(UnsupportedSetting, match=rf"{key}={value} is not honoured by the context experiment"):
+        context_experiment.evaluate_context(s)

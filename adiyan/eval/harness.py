@@ -34,9 +34,11 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ..config import ConversationConfig
 from ..factory import open_embedder, open_kb
 from ..generation import approx_tokens
 from ..kb import IngestError, IngestItem
+from ..retrieval.pipeline import UnsupportedSetting
 from ..types import RetrievedChunk
 from . import metrics as M
 from .evalset import Evalset, load_evalset
@@ -269,6 +271,16 @@ class QuestionRows:
     qrels: dict[str, dict[str, int]] = field(default_factory=dict)
     results: dict[str, Any] = field(default_factory=dict)  # question id -> RetrievalResult
     retrieve_s: float = 0.0
+
+
+def refuse_conversation_settings(settings, entry_point: str) -> None:
+    """conversation.* shape a conversation turn's context; a question evalset has no turns, so a
+    changed value would be reported as if it had run: every question-set entry point refuses it."""
+    default = ConversationConfig()
+    for key, value in settings.conversation.model_dump().items():
+        if value != getattr(default, key):
+            raise UnsupportedSetting(f"conversation.{key}={value}", f"{entry_point} on {settings.eval.evalset}",
+                                     "a question evalset has no conversation turns (use evalsets/conversations)")
 
 
 def question_rows(index: EvalIndex, retriever, *, progress: bool = False, desc: str = "retrieve") -> QuestionRows:

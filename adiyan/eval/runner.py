@@ -31,16 +31,15 @@ from ..cache import CallCache
 from ..report import write_run_report
 from ..report_index import write_index
 from ..factory import describe_engines, open_llm, open_retriever, score_floor
-from ..config import ConversationConfig
 from ..retrieval.floor import floor_decision
-from ..retrieval.pipeline import UnsupportedSetting
 from ..generation import answer_question
 from . import metrics as M
 from .agent_eval import run_agent_eval
 from .conversations import run_conversations
 from .evalset import is_conversation_set
 from .arrow import write_per_question
-from .harness import EVAL_REQUESTER, IR_DEPTH, close_index, open_index, question_rows, retrieval_metrics  # noqa: F401
+from .harness import (EVAL_REQUESTER, IR_DEPTH, close_index, open_index, question_rows,  # noqa: F401
+                      refuse_conversation_settings, retrieval_metrics)
 from .incidents import as_dict as incident_dict
 from .incidents import incident_metrics, replay_all
 from .ir_metrics import backend as ir_backend
@@ -134,22 +133,12 @@ def _incident_groups(settings, embedder, run_dir: Path) -> dict:
     return incident_metrics(results)  # per incident: holds, share of variants held
 
 
-def refuse_conversation_settings(settings) -> None:
-    """conversation.* shape a conversation turn's context; a question evalset has no turns, so a
-    changed value would be reported as if it had run: refused by name instead."""
-    default = ConversationConfig()
-    for key, value in settings.conversation.model_dump().items():
-        if value != getattr(default, key):
-            raise UnsupportedSetting(f"conversation.{key}={value}", f"invoke eval on {settings.eval.evalset}",
-                                     "a question evalset has no conversation turns (use evalsets/conversations)")
-
-
 def run_eval(settings, *, progress: bool = True, run_id: str | None = None, incidents: bool | None = None) -> Path:
     if is_conversation_set(settings.eval.evalset):  # a multi-turn set: replayed turn by turn (conversations.py)
         replay_incidents = incidents if incidents is not None else settings.eval.incidents
         return run_conversations(settings, progress=progress, run_id=run_id, incidents=(
             (lambda emb, run_dir: _incident_groups(settings, emb, run_dir)) if replay_incidents else None))
-    refuse_conversation_settings(settings)
+    refuse_conversation_settings(settings, "invoke eval")
     t_start = time.perf_counter()
     run_id = run_id or new_run_id(settings)
     run_dir = Path(settings.paths.reports_dir) / run_id

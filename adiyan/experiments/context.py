@@ -15,7 +15,7 @@ import numpy as np
 
 from ..cache import CallCache
 from ..eval import metrics as M
-from ..eval.harness import open_index, question_rows
+from ..eval.harness import open_index, question_rows, refuse_conversation_settings
 from ..factory import open_llm, open_retriever
 from ..generation import answer_question
 from .common import PointResult, mean
@@ -31,6 +31,7 @@ def evaluate_context(settings, evalset=None, *, progress: bool = False, score: b
     budget and answers with the configured LLM. ``score`` adds RAGAS over these answers, the
     judge and the regression cases (:func:`adiyan.experiments.scoring.score_rows`).
     """
+    refuse_conversation_settings(settings, "the context experiment")
     index = open_index(settings, evalset, progress=progress)
     llm = open_llm(settings)
     retriever = open_retriever(settings, index.kb, llm)

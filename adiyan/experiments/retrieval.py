@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..eval.harness import IR_DEPTH, open_index, per_question_ir, question_rows, retrieval_metrics
+from ..eval.harness import (IR_DEPTH, open_index, per_question_ir, question_rows, refuse_conversation_settings,
+                            retrieval_metrics)
 from ..factory import open_retriever
 from .common import PointResult, mean
 from .scoring import merge, score_rows
@@ -30,6 +31,7 @@ def evaluate_retrieval(settings, evalset=None, *, embedder=None, progress: bool 
     dims experiment passes a truncated one). ``score`` adds what ``invoke eval`` scores (answers,
     RAGAS, the judge, the regression cases: :func:`adiyan.experiments.scoring.score_rows`).
     """
+    refuse_conversation_settings(settings, "the retrieval experiment")
     index = open_index(settings, evalset, embedder=embedder, progress=progress)
     retriever = open_retriever(settings, index.kb)
     qr = question_rows(index, retriever, progress=progress)
