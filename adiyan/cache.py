@@ -130,7 +130,6 @@ class CachedEmbedder:
         rows = np.stack([found[k] for k in keys]).astype(np.float32)
         return self.inner.cut(rows) if self._full else rows
 
-
     def _embed_misses(self, todo: dict[str, str], kind: Kind | None) -> dict[str, np.ndarray]:
         """Embed the misses slice by slice, committing each slice to the cache before the next."""
         items = list(todo.items())

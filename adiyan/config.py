@@ -322,11 +322,17 @@ def presets() -> dict[str, Path]:
     return {p.stem: p for p in sorted(PRESETS_DIR.glob("*.yaml"))}
 
 
-def preset_overrides(name: str) -> dict[str, Any]:
-    """A shipped preset as dotted ``--set`` keys (what benchmarks run it with)."""
+def preset_file(name: str) -> Path:
+    """The shipped preset called ``name``; an unknown name is an error listing the shipped ones."""
     available = presets()
     if name not in available:
-        raise ConfigError(f"unknown preset {name!r}; shipped presets: {', '.join(available) or 'none'}")
+        raise ConfigError(f"unknown preset {name!r}; shipped presets: {', '.join(available) or 'none'} "
+                          f"({PRESETS_DIR})")
+    return available[name]
+
+
+def preset_overrides(name: str) -> dict[str, Any]:
+    """A shipped preset as dotted ``--set`` keys (what benchmarks run it with)."""
     out: dict[str, Any] = {}
 
     def walk(prefix: str, node: Mapping) -> None:
@@ -336,7 +342,7 @@ def preset_overrides(name: str) -> dict[str, Any]:
             else:
                 out[f"{prefix}{k}"] = v
 
-    walk("", read_yaml_mapping(available[name]))
+    walk("", read_yaml_mapping(preset_file(name)))
     return out
 
 
@@ -377,11 +383,8 @@ def load_settings(
     data = Settings().to_dict()
     preset = preset or environ.get("ADIYAN_PRESET")
     if preset:
-        available = presets()
-        if preset not in available:
-            raise ConfigError(f"unknown preset {preset!r}; shipped presets: {', '.join(available) or 'none'} "
-                              f"({PRESETS_DIR})")
-        _merge(data, read_yaml_mapping(available[preset]), source=f"preset {preset} ({available[preset]})")
+        pf = preset_file(preset)
+        _merge(data, read_yaml_mapping(pf), source=f"preset {preset} ({pf})")
     path = path or environ.get("ADIYAN_CONFIG")
     if path:
         p = Path(path)

@@ -97,14 +97,12 @@ def convex(dense: Mapping[str, float], sparse: Mapping[str, float], alpha: float
     """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"fusion: convex weight must be in [0, 1], got {alpha}")
-    nd, ns = normalise(dense, norm), normalise(sparse, norm)
-    fd, fs = _floor_of(nd, norm), _floor_of(ns, norm)
-    acc = {d: alpha * nd.get(d, fd) + (1.0 - alpha) * ns.get(d, fs) for d in dict.fromkeys([*nd, *ns])}
+    acc = weighted([dense, sparse], [alpha, 1.0 - alpha], norm=norm)  # in fused order
     if alpha in (0.0, 1.0):  # one list alone: its own order, then the other list's remaining documents
-        first, second = (nd, ns) if alpha == 1.0 else (ns, nd)
+        first, second = (dense, sparse) if alpha == 1.0 else (sparse, dense)
         order = rank_order(first) + [d for d in rank_order(second) if d not in first]
     else:
-        order = rank_order(acc)
+        order = list(acc)
     return {d: acc[d] for d in (order[:top_k] if top_k is not None else order)}
 
 

@@ -97,8 +97,11 @@ def load_spec(name_or_path: str | os.PathLike, sweeps_dir: str | os.PathLike = S
     p = Path(name_or_path)
     if not p.suffix:
         p = Path(sweeps_dir) / f"{name_or_path}.yaml"
-    avail = sorted(x.stem for x in Path(sweeps_dir).glob("*.yaml")) if Path(sweeps_dir).is_dir() else []
-    data = read_yaml_mapping(p, SweepError, "no such sweep spec" + (f"; available: {', '.join(avail)}" if avail else ""))
+    missing = "no such sweep spec"
+    if not p.is_file() and Path(sweeps_dir).is_dir():  # name the specs there are
+        avail = sorted(x.stem for x in Path(sweeps_dir).glob("*.yaml"))
+        missing += f"; available: {', '.join(avail)}" if avail else ""
+    data = read_yaml_mapping(p, SweepError, missing)
     return SweepSpec.from_dict(data, name=p.stem, source=str(p))
 
 
