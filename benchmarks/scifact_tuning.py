@@ -329,15 +329,9 @@ def prefetch_grid(settings, data_dir: Path, *, prefetches=(50, 100, 200, 500), d
 
 
 def pipeline_train(settings, data_dir: Path, cfgs: dict) -> dict:
-    """Stage 2a: the chosen configurations through the real Retriever on the train queries (figure + latency)."""
-    from tqdm import tqdm
-
+    """Stage 2a: the chosen configurations through the real Retriever on the train queries (figure + latency),
+    one index per embedder the configurations name."""
     from adiyan.eval.beir import load_beir
-    from adiyan.eval.evalset import beir_ids, materialize_beir
-    from adiyan.eval.harness import EVAL_REQUESTER, close_index, open_index, source_run
-    from adiyan.eval.ir_metrics import evaluate_run
-    from adiyan.factory import open_retriever
-    from benchmarks.scifact import doc_id_of
 
     train = load_beir(data_dir, "train")
     out = {}
