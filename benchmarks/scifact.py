@@ -391,6 +391,9 @@ def summary_table(report: dict) -> str:
         rows = sig["rows"]
         lines.append(f"signals {' + '.join(sig['signals'])} (offline, train, {len(rows)} weightings): best {sig['best']} "
                      f"{rows[sig['best']]}; best with <= 2 signals {sig['best_two_signals']} {rows[sig['best_two_signals']]}")
+        for width, row in (sig.get("matryoshka_train") or {}).items():
+            lines.append(f"matryoshka {width} (train): dense {row['dense']}, convex z 0.6 {row['convex_z_a0.6']}, "
+                         f"rrf k60 {row['rrf_k60']}; index {row['open_index_s']} s, embedding misses {row['cache']['misses']}")
     return "\n".join(lines)
 
 

@@ -3,6 +3,7 @@ weighted sum of z-normalised scores (``adiyan.retrieval.fusion.weighted``), weig
 over the lists stage 1 of ``scifact_tuning.py`` fetched from each embedder's knowledge-base index
 (``<cache_dir>/benchmarks/scifact_train_lists.<embedder>.pkl``; run that script with ``--embedder``
 first). Train only: this decides whether a second dense signal is worth building into the product.
+``--matryoshka 256 128`` adds nomic-embed-text cut to those widths (read from the full-width cache).
 
     python benchmarks/scifact_signals.py --embedders minilm nomic-embed-text [--out reports/benchmarks/scifact_signals.json]
 """
@@ -82,6 +83,38 @@ def run(embedders: list[str], cache_dir: Path, data_dir: Path, norms=("z",), ste
             "grid_s": round(time.perf_counter() - t0, 1), "split": "train (809 queries); test untouched"}
 
 
+def matryoshka(data_dir: Path, dims=(256, 128), embedder: str = "nomic-embed-text") -> dict:
+    """Train nDCG@10 of the embedder cut to each width (dense alone, convex z 0.6 with BM25 — the weight
+    tuned at full width — and RRF k=60), through each width's own product index; the embedding cache
+    holds the full-width rows, so no width re-encodes (``cache`` shows the misses: 0 once encoded)."""
+    from adiyan.eval.beir import load_beir
+    from adiyan.eval.evalset import beir_ids, materialize_beir
+    from adiyan.eval.harness import close_index, open_index
+    from adiyan.eval.ir_metrics import evaluate_run
+    from benchmarks.scifact_tuning import _settings, collect, fuse
+
+    train = load_beir(data_dir, "train")
+    out = {}
+    for dim in dims:
+        s = _settings(None, {"embedder.truncate_dim": dim}, embedder=embedder)
+        t0 = time.perf_counter()
+        idx = open_index(s, materialize_beir(data_dir, split="test"), progress=False)
+        build_s = time.perf_counter() - t0
+        try:
+            ids, lists = beir_ids(idx.evalset), collect(idx.kb, train.queries, PRODUCT_DEPTH)
+            cache = idx.kb.embedder.stats.as_dict()
+        finally:
+            close_index(idx)
+        row = {"open_index_s": round(build_s, 1), "cache": cache}
+        for name, cfg in (("dense", {"mode": "dense"}), ("convex_z_a0.6", {"fusion": "convex", "alpha": 0.6, "norm": "z"}),
+                          ("rrf_k60", {"fusion": "rrf", "rrf_k": 60})):
+            run = to_run(lists, {q: fuse(l, cfg, PRODUCT_DEPTH) for q, l in lists.items()}, ids)
+            row[name] = round(evaluate_run(train.qrels, run, ["ndcg@10"])["ndcg@10"], 4)
+        out[f"{embedder}@{dim}"] = row
+        _log(f"matryoshka {embedder}@{dim}: {row}")
+    return out
+
+
 def main(argv=None) -> int:
     from adiyan.config import load_settings
 
@@ -91,11 +124,15 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--norms", nargs="+", default=["z"], help="z and/or minmax (z won every two-signal grid)")
     ap.add_argument("--step", type=float, default=STEP)
+    ap.add_argument("--matryoshka", nargs="*", type=int, default=[256, 128],
+                    help="also measure nomic-embed-text cut to these widths (train; none: skip)")
     args = ap.parse_args(argv)
     s = load_settings(None)
     data_dir = Path(args.data) if args.data else Path(s.paths.datasets_dir) / "scifact"
     out = Path(args.out) if args.out else Path(s.paths.reports_dir) / "benchmarks" / "scifact_signals.json"
     res = run(args.embedders, Path(s.paths.cache_dir), data_dir, tuple(args.norms), args.step)
+    if args.matryoshka:
+        res["matryoshka_train"] = matryoshka(data_dir, tuple(args.matryoshka))
     out.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
     _log(f"wrote {out}")
     return 0
