@@ -10,6 +10,7 @@ image types, DOCX that Docling fails on) are tested in ``test_formats_*.py``.
 from __future__ import annotations
 
 import collections
+import functools
 import io
 import json
 import random
@@ -23,6 +24,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from adiyan.ingest import ParseError, parse_document
 from adiyan.ingest.ocr import OcrUnavailable, recognize
+from adiyan.ingest.quality import measure
 
 DOCS = Path(__file__).parents[1].parent / "shared/datasets/documents"
 # Word recall measured on this corpus with the parser of issue 13 (docling 2.143, python-pptx 1.0.2),
@@ -43,6 +45,10 @@ RECALL_FLOORS = {
     "html/wiki_duck.html": 0.98, "md/escaped_characters.md": 0.96,
 }
 DEFAULT_FLOOR = 0.99
+# Pages whose text layer fails the quality check (issue 23) and the tier that reads them instead:
+# page 3 of the Redbook has a "Highlights" box whose font has no Unicode map (228 U+FFFD from
+# Docling, control codes from PDFium: 19% / 16% of the page); OCR reads it.
+FALLBACK_PAGES = {"pdf/redp5110_sampled.pdf": {3: "ocr:rapidocr"}}
 
 
 def word_recall(extracted: str, reference: str) -> float:
@@ -131,10 +137,16 @@ def test_corpus_is_present():
     assert all(counts.values()), counts
 
 
+@functools.cache
+def parse_corpus_file(source: Path):
+    """One parse per corpus file per session (the Redbook's OCR'd page costs seconds; two tests read it)."""
+    return parse_document(source.read_bytes(), source.name)
+
+
 @pytest.mark.parametrize("source", sources("docx", "html", "md", "pdf", "pptx", with_groundtruth=True))
 def test_documents_recover_their_reference_words(source: Path):
     """A parser that refuses a file, or loses its text, fails here: each file has its own floor."""
-    parsed = parse_document(source.read_bytes(), source.name)
+    parsed = parse_corpus_file(source)
     key = f"{source.parent.parent.name}/{source.name}"
     recall = word_recall(parsed.text, groundtruth(source).read_text(encoding="utf-8"))
     report = parsed.report
@@ -148,7 +160,12 @@ def test_documents_recover_their_reference_words(source: Path):
     for unit in report.units:  # every unit gave text, or is named in a warning
         assert unit.chars > 0 or unit.unit in warned, unit
     expected_tiers = {".md": {"markdown"}, ".pptx": {"python-pptx"}}.get(source.suffix, {"docling"})
-    assert report.tiers == expected_tiers
+    fallbacks = FALLBACK_PAGES.get(key, {})
+    assert report.tiers == expected_tiers | set(fallbacks.values())
+    assert {u.unit: u.tier for u in report.units if u.tier and u.tier not in expected_tiers} == fallbacks
+    assert {w.unit for w in report.warnings if w.code == "garbled_text_layer"} == set(fallbacks)
+    for unit in report.units:  # the quality figures of every unit, and none stored as garbage
+        assert unit.quality is not None and unit.quality["replacement_share"] <= 0.05, unit
     if source.suffix == ".md":
         assert parsed.text == source.read_text(encoding="utf-8")  # authored Markdown is kept as written
     if source.suffix == ".pptx":
@@ -174,24 +191,32 @@ def test_sources_without_reference_still_yield_text(source: Path):
         assert "docling" in parsed.text.lower()  # the word the picture shows largest
 
 
-@pytest.mark.parametrize(("name", "pages"), [("skipped_1page.pdf", 3), ("skipped_2pages.pdf", 4)])
-def test_pdfs_without_reference_yield_text_on_every_page(name, pages):
-    """Korean report pages with no groundtruth: every page has text, and the figure's English labels are read."""
+@pytest.mark.parametrize(("name", "pages", "garbled"), [("skipped_1page.pdf", 3, 2), ("skipped_2pages.pdf", 4, 3)])
+def test_pdfs_without_reference_yield_text_on_every_page(name, pages, garbled):
+    """Korean report pages with no groundtruth: every page has text, and the figure's English labels are read.
+
+    One page's figure labels use a font Docling maps only in part: 10% of its characters came out as
+    U+FFFD ("블록�인" for 블록체인, blockchain); PDFium maps them (4% unmapped), so PDFium's text is kept."""
     source = DOCS / "pdf/sources" / name
     parsed = parse_document(source.read_bytes(), source.name)
-    assert [(u.unit, u.tier) for u in parsed.report.units] == [(n, "docling") for n in range(1, pages + 1)]
-    assert all(u.chars > 0 for u in parsed.report.units) and parsed.report.warnings == []
-    for label in ("(Blockchain)", "(Edge Computing)", "(Next AI)", "보안기술"):
+    assert [(u.unit, u.tier) for u in parsed.report.units] == [
+        (n, "pdfium" if n == garbled else "docling") for n in range(1, pages + 1)]
+    assert all(u.chars > 0 for u in parsed.report.units)
+    assert [(w.code, w.unit) for w in parsed.report.warnings] == [("garbled_text_layer", garbled)]
+    (rejected,) = parsed.report.units[garbled - 1].rejected
+    assert rejected["tier"] == "docling" and rejected["quality"]["replacement_share"] > 0.05
+    for label in ("(Blockchain)", "(Edge Computing)", "(Next AI)", "보안기술", "블록체인", "엣지컴퓨팅"):
         assert label in parsed.text, label
 
 
 def test_pdf_page_without_text_layer_is_reported_by_number():
-    """Page 17 of this IBM Redbook sample is blank: rendered, OCR'd, and still named as empty."""
-    source = DOCS / "pdf/sources/redp5110_sampled.pdf"
-    report = parse_document(source.read_bytes(), source.name).report
-    assert [(w.code, w.unit) for w in report.warnings] == [("empty_page", 17)]
+    """Page 17 of this IBM Redbook sample is blank: rendered, OCR'd, and still named as empty (page 3's
+    garbled box: ``FALLBACK_PAGES``)."""
+    report = parse_corpus_file(DOCS / "pdf/sources/redp5110_sampled.pdf").report
+    assert [(w.code, w.unit) for w in report.warnings] == [("garbled_text_layer", 3), ("empty_page", 17)]
     assert report.units[16].chars == 0 and report.units[16].tier == ""
-    assert {u.tier for u in report.units if u.unit != 17} == {"docling"}
+    assert [r["problem"] for r in report.units[16].rejected] == ["no text"] * 3
+    assert {u.tier for u in report.units if u.unit not in (3, 17)} == {"docling"}
 
 
 # ----------------------------------------------------------------------------- OCR paths
@@ -387,6 +412,7 @@ def test_report_serializes_for_storage():
     parsed = parse_document((DOCS / "md/sources/duck.md").read_bytes(), "duck.md")
     stored = json.loads(json.dumps(parsed.report.to_dict()))
     assert stored["format"] == "markdown" and stored["authored_markdown"] is True
-    assert stored["units"] == [{"unit": 1, "kind": "document", "tier": "markdown", "chars": len(parsed.text.strip())}]
+    assert stored["units"] == [{"unit": 1, "kind": "document", "tier": "markdown", "chars": len(parsed.text.strip()),
+                                "quality": measure(parsed.text).to_dict(), "rejected": [], "title": None}]
     assert stored["total_chars"] == len(parsed.text) and stored["warnings"] == []
     assert stored["tiers"] == ["markdown"] and stored["seconds"] >= 0

@@ -26,7 +26,7 @@ from lxml import etree
 
 from .docling_convert import flow_document_to_markdown
 from .pptx_text import _table_markdown
-from .report import ExtractionReport, ParseError, UnitReport
+from .report import ExtractionReport, ParseError
 
 TIER = "python-docx"
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
@@ -81,7 +81,7 @@ def docx_to_markdown(data: bytes, filename: str, report: ExtractionReport) -> st
         raise ParseError(filename, "unreadable_document", f"{failure}; {exc.reason}") from exc
     if text:
         report.warn("docling_failed", None, f"{filename}: {failure}; read with python-docx instead")
-    report.units.append(UnitReport(1, "document", TIER if text else "", len(text)))
+    report.add_unit(1, "document", TIER, text)
     return text
 
 

@@ -21,7 +21,7 @@ from email.parser import BytesParser
 from pathlib import PurePosixPath
 
 from .docling_convert import TIER as DOCLING, flow_document_to_markdown
-from .report import ExtractionReport, ParseError, UnitReport
+from .report import ExtractionReport, ParseError
 from .textcodec import decode_text
 
 HEADERS = ("From", "To", "Cc", "Date", "Subject")
@@ -51,7 +51,7 @@ def email_to_markdown(data: bytes, filename: str, report: ExtractionReport) -> s
     if not body:
         report.warn("no_body", 1, f"{filename} has no text/plain or text/html body (encrypted, or attachments only)")
     text = "\n".join(lines) + ("\n\n" + body if body else "")
-    report.units.append(UnitReport(1, "document", tier if text.strip() else "", len(text.strip())))
+    report.add_unit(1, "document", tier, text, chars=len(text.strip()))
     return text
 
 

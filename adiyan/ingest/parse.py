@@ -44,13 +44,15 @@ from PIL import Image, ImageSequence
 
 from . import legacy, pdf_security
 from .containers import is_ooxml
-from .docling_convert import flow_document_to_markdown, pdf_to_markdown
+from .docling_convert import flow_document_to_markdown
 from .docx_text import docx_to_markdown
 from .mail import email_to_markdown
 from .names import check_name
 from .ocr import ENGINES, OcrUnavailable, recognize
+from .pdf_tiers import pdf_to_markdown
 from .pptx_text import deck_to_markdown
-from .report import ExtractionReport, ParsedDocument, ParseError, UnitReport
+from .quality import measure, wordlist_sha256
+from .report import ExtractionReport, ParsedDocument, ParseError
 from .sheets import csv_to_markdown, workbook_to_markdown
 from .textcodec import decode_text
 
@@ -106,7 +108,7 @@ def parse_document(data: bytes, filename: str, *, max_bytes: int = 50_000_000,
     report = ExtractionReport(filename, fmt, METHODS[fmt], authored_markdown=fmt == "markdown")
     if fmt in ("markdown", "text"):
         text = _decode(data, filename, report).text
-        report.units.append(UnitReport(1, "document", fmt, len(text.strip())))
+        report.add_unit(1, "document", fmt, text, chars=len(text.strip()))
     elif fmt == "html":
         # Re-encoded as UTF-8 behind a BOM, which outranks any <meta charset> in Docling's HTML parser.
         html = "\ufeff" + _decode(data, filename, report, html=True).text
@@ -127,8 +129,11 @@ def parse_document(data: bytes, filename: str, *, max_bytes: int = 50_000_000,
     else:
         text = _ocr_image_file(data, filename, report, ocr)
 
-    if not text.strip():
-        err = ParseError(filename, "no_text", "no text could be extracted" + _summarise(report.warnings))
+    if measure(text).no_text:  # one or two characters are no text either
+        garbled = any(w.code == "garbled_page" for w in report.warnings)
+        err = ParseError(filename, "garbled_text" if garbled else "no_text",
+                         ("no tier's text passed the quality check" if garbled else "no text could be extracted")
+                         + _summarise(report.warnings))
         err.report = report  # every warning stays reachable; the message stays readable
         raise err
     report.total_chars = len(text)
@@ -256,7 +261,7 @@ def _ocr_image_file(data: bytes, filename: str, report: ExtractionReport, ocr: s
         except OcrUnavailable as exc:
             raise ParseError(filename, "ocr_unavailable", f"an image needs OCR, and none is available: {exc}") from exc
         report.ocr_seconds += result.seconds
-        report.units.append(UnitReport(number, "image", result.tier if result.text else "", len(result.text)))
+        report.add_unit(number, "image", result.tier, result.text)
         if not result.text:
             report.warn("empty_image", number, f"image {number} of {filename} yielded no text after OCR")
         texts.append(result.text)

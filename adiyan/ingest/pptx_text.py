@@ -20,7 +20,7 @@ from pptx.shapes.group import GroupShape
 from pptx.shapes.picture import Picture
 
 from .ocr import OcrUnavailable, recognize
-from .report import ExtractionReport, ParseError, UnitReport
+from .report import ExtractionReport, ParseError
 
 TIER = "python-pptx"
 _TITLES = (PP_PLACEHOLDER.TITLE, PP_PLACEHOLDER.CENTER_TITLE)
@@ -48,7 +48,7 @@ def deck_to_markdown(data: bytes, filename: str, report: ExtractionReport, ocr: 
         text, tier = "\n\n".join(b for b in content.blocks if b), TIER
         if not text:
             text, tier = _ocr_pictures(content, filename, report, ocr)
-        report.units.append(UnitReport(number, "slide", tier if text else "", len(text)))
+        report.add_unit(number, "slide", tier, text)
         if text:
             sections.append(f"## Slide {number}\n\n{text}")
     return "\n\n".join(sections)

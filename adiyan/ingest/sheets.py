@@ -14,7 +14,7 @@ import io
 
 from .docling_convert import TIER as DOCLING, _convert
 from .pptx_text import _table_markdown
-from .report import ExtractionReport, ParseError, UnitReport
+from .report import ExtractionReport, ParseError
 
 
 def workbook_to_markdown(data: bytes, filename: str, report: ExtractionReport) -> str:
@@ -30,7 +30,7 @@ def workbook_to_markdown(data: bytes, filename: str, report: ExtractionReport) -
         report.warn("docling_failed", None, f"{filename}: {docling_error.reason}; read with openpyxl instead")
     sections = []
     for number, (name, text) in enumerate(sheets, start=1):
-        report.units.append(UnitReport(number, "sheet", tier if text else "", len(text)))
+        report.add_unit(number, "sheet", tier, text)
         if text:
             sections.append(f"## Sheet: {name}\n\n{text}")
         else:
@@ -75,7 +75,7 @@ def csv_to_markdown(text: str, filename: str, report: ExtractionReport, extensio
     except ParseError as docling_error:
         table, tier = _csv_table(text), "csv"
         report.warn("docling_failed", None, f"{filename}: {docling_error.reason}; read with the csv module instead")
-    report.units.append(UnitReport(1, "sheet", tier if table else "", len(table)))
+    report.add_unit(1, "sheet", tier, table)
     return table
 
 
