@@ -1,12 +1,14 @@
 """The fourth collection, ``<prefix>book_pages``: long multi-chapter documents, page by page.
 
 A committed document is a **book** when it is a PDF of at least ``ingest.book_min_pages`` pages,
-or its parsed Markdown (Markdown, DOCX, ...) has at least two top-level chapters: headings at the
+an EPUB of at least two chapters (or of at least ``ingest.book_min_pages`` pages), or its parsed Markdown (Markdown, DOCX, ...) has at least two top-level chapters: headings at the
 shallowest heading level it uses (a Markdown book is ``# Title`` + ``# Chapter 1`` ...; Docling
 renders a DOCX's Heading 1 one level below its Title, so a DOCX with a Title counts its Title
 only). Its **pages** are the parser's page units for a PDF (the parser joins the pages' texts
-with a blank line and records each page's length, so page n is recovered exactly) and, for
-everything else, fixed windows of ``PAGE_CHARS`` characters of the text, each cut back to its
+with a blank line and records each page's length, so page n is recovered exactly), for an EPUB
+windows of ``PAGE_CHARS`` within each chapter unit (recovered the same way; a page never spans
+two chapters, and its ``chapter`` is the unit's table-of-contents title) and, for everything
+else, fixed windows of ``PAGE_CHARS`` characters of the text, each cut back to its
 last paragraph break (else its last blank) so no word is split.
 
 Each page is stored as passages (the knowledge base's chunking config, applied within the page,
@@ -48,7 +50,7 @@ GATE_ROUNDS = 4
 # Formats whose chapters make a book (a deck's slides or a sheet's tabs are not chapters); "text" is
 # ingest_text's, text written by a person
 CHAPTER_FORMATS = ("markdown", "text", "docx", "doc", "rtf")
-RULES = 2  # bump when what makes a book or a page changes: every book is then re-derived on open
+RULES = 3  # bump when what makes a book or a page changes: every book is then re-derived on open
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class Page:
     number: int  # 1-based, the parser's page number for a PDF
     start: int  # offset of the page in the document's text
     text: str
+    chapter: str | None = None  # an EPUB page: its chapter unit's title (else chapters come from headings)
 
 
 def headings(text: str, pdf: bool = False) -> list[tuple[int, int, str]]:
@@ -75,21 +78,37 @@ def top_level_chapters(text: str) -> list[str]:
     return [title for _, level, title in hs if level == top]
 
 
-def pdf_pages(text: str, report: dict) -> list[Page] | None:
-    """The PDF's pages from the parser's units; None when the units do not add up to the text."""
-    units = [u for u in report.get("units", []) if u.get("kind") == "page"]
-    pages, pos = [], 0
+def unit_spans(text: str, report: dict, kind: str) -> list[tuple[dict, int, str]] | None:
+    """(unit, offset, text) of each ``kind`` unit with text: the parser joins them with a blank line and
+    records each one's length; None when the units do not add up to the text."""
+    units = [u for u in report.get("units", []) if u.get("kind") == kind]
+    spans, pos = [], 0
     for u in units:
         n = int(u.get("chars", 0))
         if n <= 0:
-            continue  # an empty page contributed nothing to the text
-        if pages:
+            continue  # an empty unit contributed nothing to the text
+        if spans:
             if text[pos:pos + 2] != "\n\n":
                 return None
             pos += 2
-        pages.append(Page(int(u["unit"]), pos, text[pos:pos + n]))
+        spans.append((u, pos, text[pos:pos + n]))
         pos += n
-    return pages if pages and pos == len(text) else None
+    return spans if spans and pos == len(text) else None
+
+
+def pdf_pages(text: str, report: dict) -> list[Page] | None:
+    """The PDF's pages from the parser's units; None when the units do not add up to the text."""
+    spans = unit_spans(text, report, "page")
+    return [Page(int(u["unit"]), start, body) for u, start, body in spans] if spans else None
+
+
+def epub_pages(text: str, report: dict, size: int = PAGE_CHARS) -> list[Page]:
+    """Windows of ``size`` within each chapter unit, numbered through the book; [] when the units do not add up."""
+    pages: list[Page] = []
+    for u, start, body in unit_spans(text, report, "chapter") or []:
+        for w in window_pages(body, size):
+            pages.append(Page(len(pages) + 1, start + w.start, w.text, u.get("title") or f"Chapter {u['unit']}"))
+    return pages
 
 
 def window_pages(text: str, size: int = PAGE_CHARS) -> list[Page]:
@@ -120,6 +139,10 @@ def book_pages(text: str, report: dict, min_pdf_pages: int, page_chars: int = PA
         if n_units < min_pdf_pages:
             return []
         return pdf_pages(text, report) or window_pages(text, page_chars)
+    if report.get("format") == "epub":
+        pages = epub_pages(text, report, page_chars)
+        chapters = len(unit_spans(text, report, "chapter") or [])
+        return pages if chapters >= 2 or len(pages) >= min_pdf_pages else []
     if report.get("format") in CHAPTER_FORMATS and len(top_level_chapters(text)) >= 2:
         return window_pages(text, page_chars)
     return []
@@ -233,8 +256,8 @@ class BookPages:
         for page in pages:
             for c in chunk_text(page.text, self.kb.chunking, embedder=self.kb.embedder, authored_markdown=False):
                 path = heading_path_at(hs, page.start + max(c.start, 0))
-                chapter = next((t for _, lv, t in reversed([h for h in hs if h[0] <= page.start + max(c.start, 0)])
-                                if lv == chapter_level), None)
+                chapter = page.chapter or next((t for _, lv, t in reversed(
+                    [h for h in hs if h[0] <= page.start + max(c.start, 0)]) if lv == chapter_level), None)
                 passages.append((page.number, chapter, path, c.text))
         vectors = self.kb.embedder.embed([t for *_, t in passages], "document")
         out = []
@@ -293,5 +316,5 @@ class BookPages:
                 "heading_path": first["heading_path"], "text": body}
 
 
-__all__ = ["PAGE_CHARS", "BookPages", "DocumentNotFound", "Page", "book_pages", "pdf_pages", "top_level_chapters",
-           "window_pages"]
+__all__ = ["PAGE_CHARS", "BookPages", "DocumentNotFound", "Page", "book_pages", "epub_pages", "pdf_pages",
+           "top_level_chapters", "unit_spans", "window_pages"]

@@ -61,12 +61,17 @@ def _markdown(document, page_no: int | None = None) -> str:
 
 def flow_document_to_markdown(data: bytes, extension: str, filename: str, report: ExtractionReport) -> str:
     """DOCX and HTML: one unit, the whole document."""
+    text = flow_markdown(data, extension, filename, report)
+    report.add_unit(1, "document", TIER, text)
+    return text
+
+
+def flow_markdown(data: bytes, extension: str, filename: str, report: ExtractionReport) -> str:
+    """A DOCX or HTML document's Markdown, adding no unit (an EPUB chapter is one of several)."""
     result = _convert(data, extension, filename, "unreadable_document")
     for error in result.errors:
         report.warn("converter_error", None, f"{filename}: {error.error_message}")
-    text = _markdown(result.document)
-    report.add_unit(1, "document", TIER, text)
-    return text
+    return _markdown(result.document)
 
 
 def pdf_page_texts(data: bytes, filename: str, report: ExtractionReport) -> tuple[int, dict[int, str], dict[int, str]]:

@@ -3,21 +3,29 @@
 The file name is a key, not a path on disk: a relative '/'-separated name (``names.py`` says
 what is refused) whose extension picks the format, which the content's magic bytes must then
 agree with. Every refusal is a ParseError whose message starts with the file name and says why;
-a document that yields no text at all is one of them, and a unit (page, slide, sheet, image)
-that yields none is a named warning.
+a document that yields no text at all (or only one or two characters) is one of them, and a
+unit (page, slide, sheet, image, chapter) that yields none is a named warning. Every unit
+records the quality figures of its text (``quality.py``).
 
 =========================  ================  ==================================================
 extensions                 units             tiers (first that works; each unit records its own)
 =========================  ================  ==================================================
 .md .markdown .txt         document          as written, after decoding (``textcodec``)
+.py .js .ts .go .java      document          as written, after decoding (an XML declaration or a
+.json .yaml .yml .toml                       PEP 263 line names the encoding); format "code",
+.xml .ini .log                               ``language`` recorded (``LANGUAGES``)
 .html .htm                 document          docling, after decoding
 .csv .tsv                  sheet             docling, else csv; after decoding
 .docx                      document          docling, else python-docx (``docling_failed``)
 .xlsx                      sheet (each)      docling, else openpyxl (``docling_failed``)
 .pptx                      slide (each)      python-pptx, else OCR of the slide's pictures
-.pdf                       page (each)       docling text layer, else OCR of the rendered page
+.pdf                       page (each)       docling text layer, else pdfium's text, else OCR of
+                                             the rendered page; each judged by ``quality``
+                                             (``pdf_tiers``)
+.epub                      chapter (each)    docling, per spine document (``epub``)
 .png .jpg .jpeg .tif       image (frame)     ocr:rapidocr or ocr:tesseract
-.tiff .bmp .webp
+.tiff .bmp .webp .heic
+.heif (pillow-heif)
 .eml                       document          email (headers + text/plain body) or docling
                                              (text/html body); attachments: ``containers``
 .doc .rtf / .ppt / .xls    as .docx / .pptx  libreoffice+<tier of the modern format>, when
@@ -46,10 +54,12 @@ from . import legacy, pdf_security
 from .containers import is_ooxml
 from .docling_convert import flow_document_to_markdown
 from .docx_text import docx_to_markdown
+from .epub import epub_to_markdown
 from .mail import email_to_markdown
 from .names import check_name
 from .ocr import ENGINES, OcrUnavailable, recognize
 from .pdf_tiers import pdf_to_markdown
+from .pdfium_text import VERSION as PDFIUM_VERSION
 from .pptx_text import deck_to_markdown
 from .quality import measure, wordlist_sha256
 from .report import ExtractionReport, ParsedDocument, ParseError
@@ -64,20 +74,28 @@ EXTENSIONS = {
     ".docx": ("docx", "zip"), ".pptx": ("pptx", "zip"), ".xlsx": ("xlsx", "zip"), ".pdf": ("pdf", "PDF"),
     ".png": ("image", "PNG"), ".jpg": ("image", "JPEG"), ".jpeg": ("image", "JPEG"),
     ".tif": ("image", "TIFF"), ".tiff": ("image", "TIFF"), ".bmp": ("image", "BMP"), ".webp": ("image", "WEBP"),
-    ".eml": ("email", None), ".zip": ("archive", "zip"),
+    ".eml": ("email", None), ".zip": ("archive", "zip"), ".epub": ("epub", "zip"),
+    ".heic": ("image", "HEIF"), ".heif": ("image", "HEIF"),
     # Legacy Office; "zip": a modern file under the old extension, read as what it is.
     ".doc": ("doc", (OLE2, "RTF", "zip")), ".rtf": ("rtf", "RTF"), ".ppt": ("ppt", (OLE2, "zip")),
     ".xls": ("xls", (OLE2, "zip")),
 }
+# Source and config files: read as text, as written, with their language recorded (``report.language``).
+LANGUAGES = {".py": "python", ".js": "javascript", ".ts": "typescript", ".go": "go", ".java": "java",
+             ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".xml": "xml", ".ini": "ini",
+             ".log": "log"}
+EXTENSIONS.update({extension: ("code", None) for extension in LANGUAGES})
+_DECLARED_BY = {".xml": "xml", ".py": "python"}  # where a source file may declare its encoding
 METHODS = {"markdown": "as-is", "text": "as-is", "html": "docling", "csv": "docling", "docx": "docling",
            "xlsx": "docling", "pdf": "docling", "pptx": "python-pptx", "image": "ocr", "email": "email",
-           "archive": "container", "doc": "libreoffice+docling", "rtf": "libreoffice+docling",
+           "archive": "container", "epub": "docling", "code": "as-is", "doc": "libreoffice+docling", "rtf": "libreoffice+docling",
            "ppt": "libreoffice+python-pptx", "xls": "libreoffice+docling"}
 _SIGNATURES = [
     (b"%PDF-", "PDF"), (b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"), (b"\x89PNG\r\n\x1a\n", "PNG"),
     (b"\xff\xd8\xff", "JPEG"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"GIF8", "GIF"), (b"BM", "BMP"),
     (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", OLE2), (b"{\\rtf", "RTF"),
 ]
+_HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"}
 _MAIN_PARTS = {"docx": "word/document.xml", "pptx": "ppt/presentation.xml", "xlsx": "xl/workbook.xml"}
 _LEGACY = {"doc", "rtf", "ppt", "xls"}
 
@@ -109,6 +127,12 @@ def parse_document(data: bytes, filename: str, *, max_bytes: int = 50_000_000,
     if fmt in ("markdown", "text"):
         text = _decode(data, filename, report).text
         report.add_unit(1, "document", fmt, text, chars=len(text.strip()))
+    elif fmt == "code":
+        report.language = LANGUAGES[extension]
+        text = _decode(data, filename, report, declared_by=_DECLARED_BY.get(extension)).text
+        report.add_unit(1, "document", fmt, text, chars=len(text.strip()))
+    elif fmt == "epub":
+        text = epub_to_markdown(data, filename, report, max_bytes)
     elif fmt == "html":
         # Re-encoded as UTF-8 behind a BOM, which outranks any <meta charset> in Docling's HTML parser.
         html = "\ufeff" + _decode(data, filename, report, html=True).text
@@ -141,8 +165,9 @@ def parse_document(data: bytes, filename: str, *, max_bytes: int = 50_000_000,
     return ParsedDocument(text, report)
 
 
-def _decode(data: bytes, filename: str, report: ExtractionReport, *, html: bool = False):
-    decoded = decode_text(data, filename, html=html)
+def _decode(data: bytes, filename: str, report: ExtractionReport, *, html: bool = False,
+            declared_by: str | None = None):
+    decoded = decode_text(data, filename, html=html, declared_by=declared_by)
     report.decoded(decoded.encoding, decoded.confidence, decoded.source)
     return decoded
 
@@ -220,6 +245,10 @@ def _sniff(data: bytes) -> str | None:
             return kind
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "WEBP"
+    if data[4:8] == b"ftyp":  # ISO base media: HEIF stills, or MP4 / QuickTime video
+        return "HEIF" if data[8:12] in _HEIF_BRANDS else "ISO media (MP4 or QuickTime video)"
+    if len(data) >= 564 and data[0] == data[188] == data[376] == 0x47 and b"\x00" in data[:564]:
+        return "MPEG transport stream (video)"  # what .ts means to a camera or a TV recorder
     if data.find(b"%PDF-", 0, 1024) != -1:  # the PDF header may follow up to 1 KiB of junk
         return "PDF"
     return None
@@ -249,6 +278,8 @@ def _check_ooxml(data: bytes, filename: str, fmt: str) -> None:
 
 def _ocr_image_file(data: bytes, filename: str, report: ExtractionReport, ocr: str) -> str:
     """Every frame of the image (multi-page TIFFs have several), each a unit."""
+    if PurePosixPath(filename).suffix.lower() in (".heic", ".heif"):
+        _register_heif(filename)
     try:
         image = Image.open(io.BytesIO(data))
         frames = [frame.copy() for frame in ImageSequence.Iterator(image)]
@@ -261,11 +292,27 @@ def _ocr_image_file(data: bytes, filename: str, report: ExtractionReport, ocr: s
         except OcrUnavailable as exc:
             raise ParseError(filename, "ocr_unavailable", f"an image needs OCR, and none is available: {exc}") from exc
         report.ocr_seconds += result.seconds
-        report.add_unit(number, "image", result.tier, result.text)
-        if not result.text:
+        text = "" if measure(result.text).no_text else result.text  # a stray mark or two is not text
+        report.add_unit(number, "image", result.tier, text)
+        if not text:
             report.warn("empty_image", number, f"image {number} of {filename} yielded no text after OCR")
-        texts.append(result.text)
+        texts.append(text)
     return "\n\n".join(t for t in texts if t)
+
+
+def parser_files() -> list[Path]:
+    """The parser's own source: every module of this package (a change to any re-parses)."""
+    return sorted(Path(__file__).resolve().parent.glob("*.py"))
+
+
+def _register_heif(filename: str) -> None:
+    """Pillow reads HEIC/HEIF through pillow-heif's libheif decoder, registered on first use."""
+    try:
+        from pillow_heif import register_heif_opener  # optional decoder: only HEIC/HEIF uploads need libheif
+    except ImportError as exc:
+        raise ParseError(filename, "decoder_missing", "HEIC/HEIF images need the pillow-heif package "
+                         "(pip install pillow-heif; pinned in constraints.txt)") from exc
+    register_heif_opener()
 
 
 def _parser_code_hash() -> str:
@@ -273,7 +320,7 @@ def _parser_code_hash() -> str:
     global _PARSER_CODE
     if _PARSER_CODE is None:
         h = hashlib.sha256()
-        for f in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        for f in parser_files():
             h.update(f.name.encode())
             h.update(f.read_bytes())
         _PARSER_CODE = h.hexdigest()
@@ -283,17 +330,24 @@ def _parser_code_hash() -> str:
 _PARSER_CODE: str | None = None
 
 
+def parse_cache_fields(data: bytes, filename: str, ingest) -> dict:
+    """What a cached parse is keyed by: the bytes, the extension, the OCR engine, the size limit, the
+    parser's code, the word list the quality check reads and PDFium's build (both can change a page's tier)."""
+    return {"sha256": hashlib.sha256(data).hexdigest(), "ext": PurePosixPath(filename).suffix.lower(),
+            "ocr": ingest.ocr, "max_bytes": ingest.max_bytes, "code": _parser_code_hash(),
+            "wordlist": wordlist_sha256(), "pdfium": PDFIUM_VERSION}
+
+
 def parse_cached(data: bytes, filename: str, ingest, cache=None) -> tuple[str, dict]:
     """``parse_document`` (text, report dict) through ``cache`` (a CallCache), when one is given.
 
-    Keyed by (file bytes, extension, OCR engine, size limit, the parser's code), so a sweep that
-    re-chunks or re-embeds never parses a document twice, and a parser change parses afresh.
+    Keyed by ``parse_cache_fields``, so a sweep that re-chunks or re-embeds never parses a
+    document twice, and a parser change parses afresh.
     """
     if cache is None:
         parsed = parse_document(data, filename, max_bytes=ingest.max_bytes, ocr=ingest.ocr)
         return parsed.text, parsed.report.to_dict()
-    key = cache.key({"sha256": hashlib.sha256(data).hexdigest(), "ext": PurePosixPath(filename).suffix.lower(),
-                     "ocr": ingest.ocr, "max_bytes": ingest.max_bytes, "code": _parser_code_hash()})
+    key = cache.key(parse_cache_fields(data, filename, ingest))
     hit = cache.get(key)
     if hit is not None:  # the same bytes may come under another name: the report names this one
         return hit["text"], {**hit["report"], "filename": filename, "cached": True}

@@ -16,6 +16,7 @@ import pypdfium2.raw as pdfium_c
 from PIL import Image
 
 TIER = "pdfium"
+VERSION = f"pypdfium2 {pdfium.PYPDFIUM_INFO} / pdfium {pdfium.PDFIUM_INFO}"  # in the parse cache key
 _lock = threading.RLock()
 
 

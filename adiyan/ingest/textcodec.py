@@ -1,7 +1,8 @@
 """Bytes of a text, Markdown, HTML or CSV file to str, with the encoding and how sure we are of it.
 
-Order: a byte-order mark (UTF-8/16/32) decides; then, for HTML, a declared ``<meta charset>``
-(as browsers do); then UTF-16 without a mark (a NUL in every other byte); then strict UTF-8,
+Order: a byte-order mark (UTF-8/16/32) decides; then a declared charset: for HTML a ``<meta
+charset>`` (as browsers do), for XML its ``<?xml ... encoding="..."?>``, for Python its PEP 263
+``# -*- coding: ... -*-`` line; then UTF-16 without a mark (a NUL in every other byte); then strict UTF-8,
 which random bytes essentially never pass; then charset-normalizer's detection. Detection among the Western single-byte code pages is often a
 tie (cp1250, cp1252 and latin-1 read "Grüße" alike); a tie goes to cp1252, the WHATWG default
 for legacy Western text and a superset of latin-1's printable characters.
@@ -31,6 +32,12 @@ _BOMS = ((codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-be"),
          (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 # A <meta charset=...> or <meta http-equiv=... content="...; charset=..."> in the document head.
 _META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.IGNORECASE)
+# Where each kind of file declares its encoding, searched in its first 4 KiB (Python: first two lines only).
+_DECLARATIONS = {
+    "html": _META_CHARSET,
+    "xml": re.compile(rb"""\A\s*<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9._:-]+)["']"""),
+    "python": re.compile(rb"\A(?:[^\n]*\n)?[ \t\f]*#[^\n]*?coding[:=][ \t]*([-\w.]+)"),
+}
 MAX_MESS = 0.2  # charset-normalizer's own threshold: above it, a decoding is not plausible text
 TIE = 0.05  # candidates this close to the best mess ratio count as equally plausible (its noise on a paragraph: ~0.03)
 _WIDE = ["utf_16", "utf_16_be", "utf_16_le", "utf_32", "utf_32_be", "utf_32_le"]
@@ -48,8 +55,11 @@ class Decoded:
     source: str  # "bom" | "declared" | "utf-8" | "detected"
 
 
-def decode_text(data: bytes, filename: str, *, html: bool = False) -> Decoded:
-    """The text of ``data``; raises ParseError(``bad_encoding``) naming the file and the reason."""
+def decode_text(data: bytes, filename: str, *, html: bool = False, declared_by: str | None = None) -> Decoded:
+    """The text of ``data``; raises ParseError(``bad_encoding``) naming the file and the reason.
+
+    ``declared_by`` ("html", "xml", "python"; ``html=True`` means "html") says where a declared charset may be."""
+    declared_by = "html" if html else declared_by
     for bom, codec in _BOMS:
         if data.startswith(bom):
             try:
@@ -57,8 +67,8 @@ def decode_text(data: bytes, filename: str, *, html: bool = False) -> Decoded:
             except UnicodeDecodeError as exc:
                 raise ParseError(filename, "bad_encoding", f"starts with a {codec} byte-order mark but is not "
                                  f"valid {codec} at byte {exc.start + len(bom)}") from exc
-    if html:
-        declared = _declared_charset(data, filename)
+    if declared_by is not None:
+        declared = _declared_charset(data, filename, _DECLARATIONS[declared_by], html=declared_by == "html")
         if declared is not None:
             return declared
     wide = _bomless_utf16(data)
@@ -90,8 +100,8 @@ def _bomless_utf16(data: bytes) -> Decoded | None:
     return None
 
 
-def _declared_charset(data: bytes, filename: str) -> Decoded | None:
-    found = _META_CHARSET.search(data[:4096])
+def _declared_charset(data: bytes, filename: str, pattern: re.Pattern, html: bool) -> Decoded | None:
+    found = pattern.search(data[:4096])
     if found is None:
         return None
     name = found.group(1).decode("ascii")
@@ -99,7 +109,7 @@ def _declared_charset(data: bytes, filename: str) -> Decoded | None:
         codec = codecs.lookup(name).name
     except LookupError as exc:
         raise ParseError(filename, "bad_encoding", f"declares an unknown charset {name!r}") from exc
-    if codec.startswith(("utf-16", "utf-32")):  # HTML: such a declaration in ASCII bytes means UTF-8
+    if html and codec.startswith(("utf-16", "utf-32")):  # HTML: such a declaration in ASCII bytes means UTF-8
         codec = "utf-8"
     try:
         return Decoded(data.decode(codec), codec, 1.0, "declared")
