@@ -12,6 +12,8 @@ with too); none carries a ToUnicode map, so a reader must work out what the code
   name them), mapped by /Differences: nothing in the file says which letter ``g7`` is, so
   docling-parse gives U+FFFD for every character and PDFium the raw codes; the page renders
   correctly and OCR reads it.
+- ``type1c_letters``: the CFF font with glyphs named ``g1``... and codes from 0x41 on: both
+  extractors give letters that spell nothing; PDFium says it could map none of them, so OCR.
 - ``blank_glyphs``: Helvetica with /Differences naming glyphs no font has: nothing maps and
   nothing is drawn; every tier fails, and the document is refused by name.
 """
@@ -43,6 +45,7 @@ TEXT = " ".join(LINES)
 CHARS = sorted(set(TEXT))
 FIRST_CODE = 0x21  # codes 0x21.. in order of the characters: as a subsetting font tool assigns them
 CODE = {c: FIRST_CODE + i for i, c in enumerate(CHARS)}
+LETTER_CODE = {c: 0x41 + i for i, c in enumerate(CHARS)}  # codes from "A" on: the raw codes read as letters
 UNITS_PER_EM = 2048
 
 
@@ -55,13 +58,13 @@ def _agl(c: str) -> str:
     return "space" if c == " " else UV2AGL[ord(c)]
 
 
-def _string(line: str) -> bytes:
-    raw = bytes(CODE[c] for c in line)
+def _string(line: str, code: dict) -> bytes:
+    raw = bytes(code[c] for c in line)
     return raw.replace(b"\\", b"\\\\").replace(b"(", b"\\(").replace(b")", b"\\)")
 
 
-def _pdf(font_dict: bytes, extra: list[bytes] = ()) -> bytes:
-    content = b"BT /F1 13 Tf 16 TL 56 720 Td " + b" ".join(b"(%s) '" % _string(line) for line in LINES) + b" ET"
+def _pdf(font_dict: bytes, extra: list[bytes] = (), code: dict = CODE) -> bytes:
+    content = b"BT /F1 13 Tf 16 TL 56 720 Td " + b" ".join(b"(%s) '" % _string(line, code) for line in LINES) + b" ET"
     return build_pdf([b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
                       b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R"
                       b" /Resources << /Font << /F1 5 0 R >> >> >>",
@@ -72,38 +75,47 @@ def _widths(source, cmap) -> bytes:
     return b" ".join(b"%d" % round(source["hmtx"][cmap[ord(c)]][0] * 1000 / UNITS_PER_EM) for c in CHARS)
 
 
-def _embedded(subtype: bytes, program: bytes, file_key: bytes, flags: int, encoding: bytes = b"") -> bytes:
+def _embedded(subtype: bytes, program: bytes, file_key: bytes, flags: int, encoding: bytes = b"",
+              code: dict = CODE) -> bytes:
     source, _, cmap = _source()
+    first = min(code.values())
     packed = zlib.compress(program)
     stream_extra = b"/Subtype /Type1C" if file_key == b"FontFile3" else b"/Length1 %d" % len(program)
     return _pdf(b"<< /Type /Font /Subtype /%s /BaseFont /ABCDEF+Report /FirstChar %d /LastChar %d /Widths [%s]"
-                b" /FontDescriptor 6 0 R %s >>" % (subtype, FIRST_CODE, FIRST_CODE + len(CHARS) - 1,
+                b" /FontDescriptor 6 0 R %s >>" % (subtype, first, first + len(CHARS) - 1,
                                                    _widths(source, cmap), encoding),
                 [b"<< /Type /FontDescriptor /FontName /ABCDEF+Report /Flags %d /FontBBox [-1021 -463 1793 1232]"
                  b" /ItalicAngle 0 /Ascent 928 /Descent -236 /CapHeight 729 /StemV 80 /%s 7 0 R >>" % (flags, file_key),
-                 b"<< /Length %d /Filter /FlateDecode %s >>\nstream\n%s\nendstream" % (len(packed), stream_extra, packed)])
+                 b"<< /Length %d /Filter /FlateDecode %s >>\nstream\n%s\nendstream" % (len(packed), stream_extra, packed)],
+                code)
 
 
-def type1c_pdf() -> bytes:
-    """An embedded CFF font with a built-in encoding (codes -> standard glyph names), no /Encoding, no ToUnicode."""
+def type1c_pdf(glyph_name=_agl, code: dict = CODE) -> bytes:
+    """An embedded CFF font with a built-in encoding (codes -> glyph names), no /Encoding, no ToUnicode."""
     source, glyphs, cmap = _source()
     charstrings = {".notdef": T2CharStringPen(500, None).getCharString()}
     for c in CHARS:
         pen = T2CharStringPen(source["hmtx"][cmap[ord(c)]][0], glyphs)
         glyphs[cmap[ord(c)]].draw(pen)
-        charstrings[_agl(c)] = pen.getCharString()
+        charstrings[glyph_name(c)] = pen.getCharString()
     builder = FontBuilder(UNITS_PER_EM, isTTF=False)
-    builder.setupGlyphOrder([".notdef"] + [_agl(c) for c in CHARS])
+    builder.setupGlyphOrder([".notdef"] + [glyph_name(c) for c in CHARS])
     builder.setupCharacterMap({})
     builder.setupCFF("ABCDEF+Report", {"FullName": "Report"}, charstrings, {})
     cff = builder.font["CFF "].cff
     encoding = [".notdef"] * 256
     for c in CHARS:
-        encoding[CODE[c]] = _agl(c)
+        encoding[code[c]] = glyph_name(c)
     cff.topDictIndex[0].Encoding = encoding
     out = io.BytesIO()
     cff.compile(out, builder.font)
-    return _embedded(b"Type1", out.getvalue(), b"FontFile3", flags=4)
+    return _embedded(b"Type1", out.getvalue(), b"FontFile3", flags=4, code=code)
+
+
+def type1c_letters_pdf() -> bytes:
+    """The CFF font with glyphs named g1, g2... and codes from "A" on: both extractors give the raw codes,
+    which read as letters that spell nothing, and PDFium knows it maps none of them."""
+    return type1c_pdf(lambda c: f"g{CHARS.index(c) + 1}", LETTER_CODE)
 
 
 def gnames_pdf() -> bytes:
@@ -159,6 +171,7 @@ def _first_tier_text(data: bytes) -> str:
     (type1c_pdf, "pdfium", "letters and digits"),
     (uxxxx_pdf, "pdfium", "English words"),
     (gnames_pdf, "ocr:rapidocr", "replacement or control characters"),
+    (type1c_letters_pdf, "ocr:rapidocr", "no Unicode mapping"),
 ])
 def test_garbled_text_layer_falls_back_to_a_tier_that_reads_it(build, tier, problem):
     data = build()
@@ -204,3 +217,22 @@ def test_garbled_pages_are_replaced_and_good_pages_kept():
     assert [(u.unit, u.tier) for u in parsed.report.units] == [(1, "docling"), (2, "pdfium")]
     assert [(w.code, w.unit) for w in parsed.report.warnings] == [("garbled_text_layer", 2)]
     assert word_recall(parsed.text, "The pumps were repaired in June. " + TEXT) >= 0.95
+
+
+FINNISH = ["Kaupunginvaltuusto hyväksyi eilen uuden liikennesuunnitelman, joka vähentää autoliikennettä.",
+           "Asukkaat voivat edelleen ajaa omilla autoillaan, mutta vierailijoiden on pysäköitävä laidalla."]
+
+
+def test_a_page_in_another_language_keeps_its_text_layer():
+    """Few English words is not garbage: PDFium maps every character, so Docling's text layer stays."""
+    content = b"BT /F1 12 Tf 16 TL 56 720 Td " + b" ".join(b"(%s) '" % line.encode("cp1252") for line in FINNISH) + b" ET"
+    data = build_pdf([b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+                      b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R"
+                      b" /Resources << /Font << /F1 5 0 R >> >> >>",
+                      b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
+                      b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"])
+    parsed = parse_document(data, "liikenne.pdf")
+    (unit,) = parsed.report.units
+    assert word_recall(parsed.text, " ".join(FINNISH)) == 1.0
+    assert unit.quality["word_share"] < 0.4  # the doubt was raised...
+    assert (unit.tier, unit.rejected, parsed.report.warnings) == ("docling", (), [])  # ...and the layer kept

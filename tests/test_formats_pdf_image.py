@@ -1,4 +1,4 @@
-"""Encrypted PDFs and the image formats of issue 13 (BMP, TIFF, WEBP).
+"""Encrypted PDFs and the image formats of issue 13 (BMP, TIFF, WEBP) and issue 23 (HEIC/HEIF).
 
 The PDFs are encrypted here with the standard security handler's RC4 algorithms (PDF 32000-1
 §7.6.3: revision 2, 40-bit, and revision 3, 128-bit), an owner password always and a user
@@ -11,6 +11,7 @@ Unstructured's example-docs/pdf/copy-protected.pdf (revision 4, AES) opens, pass
 from __future__ import annotations
 
 import hashlib
+import io
 import re
 import struct
 
@@ -168,3 +169,34 @@ def test_image_content_must_match_its_extension(filename, data, found):
 def test_gif_is_not_an_accepted_type():
     """Animated GIFs would OCR every frame; not asked for, so refused by name rather than half-supported."""
     assert_refused(image_bytes(render_text("x"), "GIF"), "anim.gif", "unsupported_extension", match="supported: ")
+
+
+# ----------------------------------------------------------------------------- HEIC / HEIF (issue 23)
+
+
+def heic_bytes(image, **options) -> bytes:
+    """HEIC as an iPhone saves it: HEVC in an ISO base media file (pillow-heif's libheif + x265 encoder)."""
+    from pillow_heif import from_pillow  # test-only: the encoder ships in the same wheel as the decoder
+
+    out = io.BytesIO()
+    from_pillow(image).save(out, format="HEIF", **options)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(("filename", "options"), [("IMG_0001.HEIC", {"quality": 80}), ("scan.heif", {"quality": -1})])
+def test_heic_photos_are_read_by_ocr(filename, options):
+    data = heic_bytes(render_text(WORDS), **options)
+    assert data[4:12] == b"ftypheic"
+    parsed = parse_document(data, filename)
+    recall = word_recall(parsed.text, WORDS)
+    print(f"{filename}: {len(data)} bytes, {parsed.text!r} recall {recall:.2f}")
+    assert recall == 1.0
+    assert parsed.report.format == "image"
+    assert [(u.kind, u.tier) for u in parsed.report.units] == [("image", "ocr:rapidocr")]
+
+
+def test_heic_content_must_be_heif():
+    mp4 = b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isom" + b"\x00" * 64
+    assert_refused(mp4, "clip.heic", "content_mismatch", match="ISO media \\(MP4 or QuickTime video\\)")
+    assert_refused(image_bytes(render_text("x"), "JPEG"), "photo.heic", "content_mismatch", match="JPEG")
+    assert_refused(b"\x00\x00\x00\x18ftypheic" + b"\x00" * 64, "broken.heic", "unreadable_image")

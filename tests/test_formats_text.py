@@ -127,3 +127,69 @@ def test_refusal_is_a_parse_error_not_a_crash():
     with pytest.raises(ParseError) as info:
         parse_document(random.Random(9).randbytes(2000), "blob.txt")
     assert str(info.value).startswith("blob.txt: ")
+
+
+# ----------------------------------------------------------------------------- source and config files (issue 23)
+
+SOURCES = {
+    ".py": ("python", 'def reconcile_ledger(entries):\n    """Match every invoice to its payment."""\n'
+                      '    return [e for e in entries if e.amount > 0]\n'),
+    ".js": ("javascript", "function reconcileLedger(entries) {\n  // match every invoice to its payment\n"
+                          "  return entries.filter((e) => e.amount > 0);\n}\n"),
+    ".ts": ("typescript", "interface Invoice { amount: number; payer: string }\n"
+                          "export const unpaid = (xs: Invoice[]): Invoice[] => xs.filter((x) => x.amount > 0);\n"),
+    ".go": ("go", "package ledger\n\n// Reconcile matches every invoice to its payment.\n"
+                  "func Reconcile(entries []Entry) []Entry { return entries }\n"),
+    ".java": ("java", "public class Ledger {\n  /** Match every invoice to its payment. */\n"
+                      "  public static int reconcile(int[] entries) { return entries.length; }\n}\n"),
+    ".json": ("json", '{"service": "ledger", "retries": 3, "endpoints": ["invoices", "payments"]}\n'),
+    ".yaml": ("yaml", "service: ledger\nretries: 3\nendpoints:\n  - invoices\n  - payments\n"),
+    ".yml": ("yaml", "jobs:\n  reconcile:\n    runs-on: nightly\n    steps: [checkout, reconcile, report]\n"),
+    ".toml": ("toml", '[service]\nname = "ledger"\nretries = 3\nendpoints = ["invoices", "payments"]\n'),
+    ".xml": ("xml", '<?xml version="1.0"?>\n<service name="ledger"><endpoint>invoices</endpoint>'
+                    "<endpoint>payments</endpoint></service>\n"),
+    ".ini": ("ini", "[service]\nname = ledger\nretries = 3\n; invoices and payments endpoints\n"),
+    ".log": ("log", "2024-05-01 12:00:03 INFO reconcile started: 418 invoices\n"
+                    "2024-05-01 12:00:09 WARN payment 7731 has no invoice\n"),
+}
+
+
+@pytest.mark.parametrize("extension", sorted(SOURCES))
+def test_source_and_config_files_are_read_as_text_with_their_language(extension):
+    language, source = SOURCES[extension]
+    parsed = parse_document(source.encode("utf-8"), f"repo/src/ledger{extension}")
+    report = parsed.report
+    assert parsed.text == source  # as written: indentation, comments and punctuation kept
+    assert word_recall(parsed.text, source) == 1.0
+    assert (report.format, report.language, report.method) == ("code", language, "as-is")
+    assert [(u.kind, u.tier) for u in report.units] == [("document", "code")]
+    assert not report.authored_markdown  # a "# comment" is not a Markdown heading
+    assert report.to_dict()["language"] == language
+
+
+def test_source_files_declare_their_encoding_as_their_language_does():
+    xml = '<?xml version="1.0" encoding="ISO-8859-1"?>\n<menu>Café crème brûlée</menu>\n'
+    parsed = parse_document(xml.encode("latin-1"), "menu.xml")
+    assert "Café crème brûlée" in parsed.text
+    assert (parsed.report.encoding, parsed.report.encoding_source) == ("iso8859-1", "declared")
+    py = '#!/usr/bin/env python3\n# -*- coding: koi8-r -*-\nGREETING = "Привет, как дела?"\n'
+    parsed = parse_document(py.encode("koi8-r"), "greet.py")
+    assert "Привет, как дела?" in parsed.text and parsed.report.encoding_source == "declared"
+
+
+def test_a_video_named_ts_is_refused_not_read_as_typescript():
+    packet = b"\x47\x40\x00\x10" + b"\x00" * 184  # MPEG-TS: a 0x47 sync byte every 188 bytes
+    assert_refused(packet * 4, "clip.ts", "content_mismatch", match="MPEG transport stream")
+
+
+def test_binary_content_under_a_source_extension_is_refused():
+    assert_refused(b"%PDF-1.7\n...", "config.json", "content_mismatch", match="PDF")
+    assert_refused(random.Random(11).randbytes(3000), "server.log", "bad_encoding")
+
+
+@pytest.mark.parametrize(("filename", "data", "three"), [("two.txt", b"ok", b"ok!"), ("one.py", b"\n 1 \n", b"\n 1 2 3\n"),
+                                                      ("mark.md", b"--", b"---")])
+def test_one_or_two_characters_are_no_text(filename, data, three):
+    """A unit of one or two characters (a page number, a stray mark) is "no text", not a document."""
+    assert_refused(data, filename, "no_text")
+    assert parse_document(three, filename).text.strip()  # three characters are text

@@ -416,3 +416,43 @@ def test_report_serializes_for_storage():
                                 "quality": measure(parsed.text).to_dict(), "rejected": [], "title": None}]
     assert stored["total_chars"] == len(parsed.text) and stored["warnings"] == []
     assert stored["tiers"] == ["markdown"] and stored["seconds"] >= 0
+
+
+# ----------------------------------------------------------------------------- the parse cache
+
+
+def test_parse_cache_key_changes_with_everything_that_can_change_a_parse(tmp_path, monkeypatch):
+    """Keyed by bytes, extension, OCR engine, size limit, parser code, word list and PDFium build: changing
+    any one gives a new key, and a parser change (here: one byte of one module) parses afresh."""
+    from adiyan.cache import CallCache
+    from adiyan.config import IngestConfig
+    from adiyan.ingest import parse as parse_module
+
+    names = {f.name for f in parse_module.parser_files()}
+    assert {"parse.py", "pdf_tiers.py", "pdfium_text.py", "quality.py", "epub.py"} <= names
+    assert names == {f.name for f in (Path(parse_module.__file__).parent).glob("*.py")}
+    cache = CallCache(tmp_path / "parsed.sqlite", "parse")
+    ingest = IngestConfig()
+    base = parse_module.parse_cache_fields(b"# notes", "a.md", ingest)
+    keys = {cache.key(base)}
+    for field, value in [("sha256", "0" * 64), ("ext", ".txt"), ("ocr", "none"), ("max_bytes", 1), ("code", "x"),
+                         ("wordlist", "y"), ("pdfium", "pdfium 1")]:
+        assert base[field] != value
+        keys.add(cache.key({**base, field: value}))
+    assert len(keys) == 8
+    assert parse_module.parse_cache_fields(b"# notes", "a.md", ingest.model_copy(update={"ocr": "none"}))["ocr"] == "none"
+
+    assert "cached" not in parse_module.parse_cached(b"# notes", "a.md", ingest, cache)[1]
+    assert parse_module.parse_cached(b"# notes", "b.md", ingest, cache)[1]["cached"] is True
+    copies = []
+    for f in parse_module.parser_files():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+        copies.append(tmp_path / f.name)
+    monkeypatch.setattr(parse_module, "parser_files", lambda: copies)
+    monkeypatch.setattr(parse_module, "_PARSER_CODE", None)
+    same = parse_module._parser_code_hash()
+    assert same == base["code"]  # the same sources hash the same
+    (tmp_path / "quality.py").write_bytes((tmp_path / "quality.py").read_bytes() + b"\n")
+    monkeypatch.setattr(parse_module, "_PARSER_CODE", None)
+    assert parse_module._parser_code_hash() != same
+    assert "cached" not in parse_module.parse_cached(b"# notes", "a.md", ingest, cache)[1]

