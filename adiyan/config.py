@@ -87,7 +87,7 @@ class StoreConfig(_Section):
 class IngestConfig(_Section):
     max_bytes: int = Field(50_000_000, ge=1)  # larger files are refused with a clear error
     ocr: Literal["rapidocr", "tesseract", "none"] = "rapidocr"
-    # Parsed documents cached by (bytes, OCR engine, size limit, parser code) in cache_dir/parsed.sqlite
+    # Parsed documents cached by (bytes, OCR engine, size limit, parser code, word list, PDFium build) in cache_dir/parsed.sqlite
     parse_cache: bool = True
     # Zip archives and e-mail attachments (adiyan/ingest/containers.py), checked from the central
     # directory and again while inflating: members, their total uncompressed bytes, and the

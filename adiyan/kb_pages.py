@@ -1,8 +1,9 @@
 """The fourth collection, ``<prefix>book_pages``: long multi-chapter documents, page by page.
 
 A committed document is a **book** when it is a PDF of at least ``ingest.book_min_pages`` pages,
-an EPUB of at least two chapters (or of at least ``ingest.book_min_pages`` pages), or its parsed Markdown (Markdown, DOCX, ...) has at least two top-level chapters: headings at the
-shallowest heading level it uses (a Markdown book is ``# Title`` + ``# Chapter 1`` ...; Docling
+an EPUB of at least two chapters (or of at least ``ingest.book_min_pages`` pages), or its parsed
+Markdown (Markdown, DOCX, ...) has at least two top-level chapters: headings at the shallowest
+heading level it uses (a Markdown book is ``# Title`` + ``# Chapter 1`` ...; Docling
 renders a DOCX's Heading 1 one level below its Title, so a DOCX with a Title counts its Title
 only). Its **pages** are the parser's page units for a PDF (the parser joins the pages' texts
 with a blank line and records each page's length, so page n is recovered exactly), for an EPUB

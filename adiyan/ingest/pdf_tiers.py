@@ -54,14 +54,18 @@ class _Pdfium:
     """PDFium opened on first need (most pages never need it), or the reason it cannot be."""
 
     def __init__(self, data: bytes):
-        self._data, self._doc, self.error = data, None, None
+        self._data, self._doc, self.error, self.page_error = data, None, None, None
 
-    def get(self) -> PdfiumDocument | None:
+    def get(self, page_no: int) -> PdfiumDocument | None:
+        """The open document when it has page ``page_no``; else None, and ``error`` says why."""
         if self._doc is None and self.error is None:
             try:
                 self._doc = PdfiumDocument(self._data)
             except PdfiumUnavailable as exc:
                 self.error = f"PDFium could not open it: {exc}"
+        if self._doc is not None and page_no > len(self._doc):  # the two parsers disagree on a broken page tree
+            self.page_error = f"PDFium finds {len(self._doc)} pages, not {page_no}"
+            return None
         return self._doc
 
     def close(self) -> None:
@@ -141,9 +145,9 @@ def _judge_doubtful_layer(first: _Try, second: _Try) -> _Try | None:
 
 
 def _pdfium_try(page_no: int, pdfium: _Pdfium) -> _Try:
-    doc = pdfium.get()
+    doc = pdfium.get(page_no)
     if doc is None:
-        return _Try(PDFIUM, "", measure(""), pdfium.error)
+        return _Try(PDFIUM, "", measure(""), pdfium.error or pdfium.page_error)
     text, unmapped = doc.text(page_no)
     attempt = _Try(PDFIUM, text, measure(text), unmapped=unmapped)
     attempt.problem = _empty_or_problem(attempt.quality)
@@ -154,9 +158,10 @@ def _pdfium_try(page_no: int, pdfium: _Pdfium) -> _Try:
 
 def _ocr_try(page_no: int, pdfium: _Pdfium, report: ExtractionReport, ocr: str) -> _Try:
     tier = "ocr"  # until an engine reads it: then "ocr:<engine>"
-    doc = pdfium.get()
+    doc = pdfium.get(page_no)
     if doc is None:
-        return _Try(tier, "", measure(""), f"the page could not be rendered for OCR ({pdfium.error})")
+        reason = pdfium.error or pdfium.page_error
+        return _Try(tier, "", measure(""), f"the page could not be rendered for OCR ({reason})")
     try:
         result = recognize(doc.render(page_no, OCR_RENDER_SCALE), ocr)
     except OcrUnavailable as exc:
