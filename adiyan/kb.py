@@ -69,6 +69,11 @@ __all__ = ["VISIBILITIES", "DocumentNotFound", "IngestError", "IngestItem", "Ing
 _POINT_NS = uuid.UUID("6f1c0a52-3b8e-4c1e-9a57-5d2f1a7e0b11")
 
 
+
+def embedder_identity(embedder) -> str:
+    """Where the embedder runs and its exact weights (its ``identity``; a test double without one: its id)."""
+    return getattr(embedder, "identity", None) or embedder.id
+
 class DocumentNotFound(LookupError):
     """No such document *for this requester*: hidden and missing documents are indistinguishable."""
 
@@ -134,14 +139,16 @@ class KnowledgeBase(CorpusBm25Stats):
         self._bm25_stats = self.raw.root / "bm25.json"
         self.lexical = LexicalEncoder(avg_len=self.bm25_avg_len())
         self._lengths = LexicalEncoder(b=0.0)  # b = 0: a term's weight gives back its frequency
-        self.store.ensure_collection(self.collection, dim=embedder.dim, embedder_id=embedder.id,
+        # the same-model rule compares identities (id, runtime, weights): Ollama's and the in-process
+        # nomic-embed-text share an id, not a collection
+        self.store.ensure_collection(self.collection, dim=embedder.dim, embedder_id=embedder_identity(embedder),
                                      normalized=embedder.normalized)
         self.repair()
 
     def _check_model(self) -> None:
         meta = self.store.collection_meta(self.collection)
         if meta is not None:
-            meta.check(self.embedder.id, self.embedder.dim, self.embedder.normalized)
+            meta.check(embedder_identity(self.embedder), self.embedder.dim, self.embedder.normalized)
 
     def _fault(self, stage: str) -> None:
         if self.fault_hook is not None:

@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 from ..config import ConversationConfig
 from ..factory import open_embedder, open_kb
 from ..generation import approx_tokens
-from ..kb import IngestError, IngestItem
+from ..kb import IngestError, IngestItem, embedder_identity
 from ..retrieval.pipeline import UnsupportedSetting, refuse_inert
 from ..types import RetrievedChunk
 from . import metrics as M
@@ -104,17 +104,12 @@ BUILD_SECTIONS = ("ingest", "chunking", "embedder", "store")
 QUERY_TIME = {"store.hnsw_ef": "per-query HNSW search breadth", "store.exact": "per-query brute-force search"}
 
 
-def embedder_identity(embedder) -> str:
-    """Where the embedder runs and its exact weights (``identity``; a test double without one: its id)."""
-    return getattr(embedder, "identity", None) or embedder.id
-
-
 def index_key(settings, evalset_hash: str, embedder) -> dict:
     """What an index depends on: the evalset's content, the embedder's identity (runtime and
     weights, not only its name) and every field of the sections the build reads (BUILD_SECTIONS),
     except the per-query knobs (QUERY_TIME). ``embedder``: the embedder, or its identity string."""
     key: dict = {"evalset": evalset_hash,
-                 "embedder": embedder if isinstance(embedder, str) else embedder_identity(embedder)}
+                 "embedder_identity": embedder if isinstance(embedder, str) else embedder_identity(embedder)}
     for section in BUILD_SECTIONS:
         key[section] = {f: v for f, v in getattr(settings, section).model_dump(mode="json").items()
                         if f"{section}.{f}" not in QUERY_TIME}
@@ -232,6 +227,7 @@ def _build(settings, es: Evalset, es_hash: str, embedder, kdir: Path, *, progres
         shutil.rmtree(kdir)
     kdir.mkdir(parents=True)
     hits0, misses0 = embedder.stats.hits, embedder.stats.misses
+    cut0 = getattr(embedder.stats, "truncated", 0)
     t0 = time.perf_counter()
     kb = open_kb(settings, embedder=embedder, data_dir=kdir, progress=progress)
     try:
@@ -256,6 +252,8 @@ def _build(settings, es: Evalset, es_hash: str, embedder, kdir: Path, *, progres
              "n_changed": sum(r.changed for r in ok),
              "chunk_chars_total": round(sum(chars)), "embed_cache_hits": embedder.stats.hits - hits0,
              "embed_cache_misses": embedder.stats.misses - misses0,
+             # texts the embedder cut to its input window (llama.cpp's n_ctx): embedded from their head only
+             "embed_truncated": getattr(embedder.stats, "truncated", 0) - cut0,
              "chunks_per_doc": {r.source: r.n_chunks for r in ok}, "failed": failed}
     tmp = kdir / "build.json.tmp"
     tmp.write_text(json.dumps(build, indent=2), encoding="utf-8")
