@@ -26,6 +26,12 @@ import numpy as np
 from .types import Kind
 
 
+def embedder_identity(embedder) -> str:
+    """Where the embedder runs and its exact weights (its ``identity``, adiyan/models/embedders.py): what
+    caches, evaluation indexes and collections are keyed by. A test double without one: its id."""
+    return getattr(embedder, "identity", None) or embedder.id
+
+
 def embedding_key(embedder_id: str, prefix: str, text: str) -> str:
     h = hashlib.sha256()
     for part in (embedder_id, prefix, text):
@@ -130,7 +136,7 @@ class CachedEmbedder:
         self.stats = EmbedStats()
         self._truncated: set[str] = set()  # keys of this wrapper's texts whose input was cut
         self.id = inner.id
-        self.identity = getattr(inner, "identity", None) or inner.id  # a test double without one: its id
+        self.identity = embedder_identity(inner)
         self.dim = inner.dim
         self.normalized = inner.normalized
         # a Matryoshka-cut model caches its full-width rows under the full model's identity and cuts on

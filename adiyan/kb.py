@@ -41,6 +41,7 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
+from .cache import embedder_identity
 from .chunking import chunk_stats, chunk_text
 from .config import ChunkingConfig, IngestConfig
 from .ingest.parse import ParseError, parse_cached
@@ -68,11 +69,6 @@ __all__ = ["VISIBILITIES", "DocumentNotFound", "IngestError", "IngestItem", "Ing
            "access_filter", "source_key", "validate_filename"]
 _POINT_NS = uuid.UUID("6f1c0a52-3b8e-4c1e-9a57-5d2f1a7e0b11")
 
-
-
-def embedder_identity(embedder) -> str:
-    """Where the embedder runs and its exact weights (its ``identity``; a test double without one: its id)."""
-    return getattr(embedder, "identity", None) or embedder.id
 
 class DocumentNotFound(LookupError):
     """No such document *for this requester*: hidden and missing documents are indistinguishable."""
@@ -139,8 +135,7 @@ class KnowledgeBase(CorpusBm25Stats):
         self._bm25_stats = self.raw.root / "bm25.json"
         self.lexical = LexicalEncoder(avg_len=self.bm25_avg_len())
         self._lengths = LexicalEncoder(b=0.0)  # b = 0: a term's weight gives back its frequency
-        # the same-model rule compares identities (id, runtime, weights): Ollama's and the in-process
-        # nomic-embed-text share an id, not a collection
+        # the same-model rule compares identities (id, runtime, weights), not names
         self.store.ensure_collection(self.collection, dim=embedder.dim, embedder_id=embedder_identity(embedder),
                                      normalized=embedder.normalized)
         self.repair()

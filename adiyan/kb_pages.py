@@ -34,7 +34,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .chunking import chunk_text
-from .kb import DocumentNotFound, embedder_identity
+from .cache import embedder_identity
+from .kb import DocumentNotFound
 from .kb_policy import access_filter, committed_only
 from .store.base import Cond, Filter, Point
 from .types import RetrievedChunk

@@ -204,7 +204,7 @@ def test_agent_prints_a_trace_of_tools_that_really_ran(world, capsys, monkeypatc
     steps = [line.split(". ", 1)[1].split("(", 1)[0] for line in trace]
     assert steps and steps[0] == "search_kb"  # strict grounding: evidence first
     searches = [t for t in steps if t in ("search_kb", "search_document", "find_document")]
-    # the hidden-count query is not a pipeline call; every traced search is exactly one
+    # the hidden count is the owner view inside the Retriever, not a retrieve() call; every traced search is one
     assert len(seen) == len(searches), (steps, len(seen))
     assert all(r.query for r in seen)
     code, js = _ask(world, capsys, SECRET_QUESTION, "--as", "bob", "--agent", "--json")

@@ -34,10 +34,11 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ..cache import embedder_identity
 from ..config import ConversationConfig
 from ..factory import open_embedder, open_kb
 from ..generation import approx_tokens
-from ..kb import IngestError, IngestItem, embedder_identity
+from ..kb import IngestError, IngestItem
 from ..retrieval.pipeline import UnsupportedSetting, refuse_inert
 from ..types import RetrievedChunk
 from . import metrics as M
