@@ -227,9 +227,8 @@ MORE_PRIVATE = {
                        "boots, insurance papers, medical cover card.\n",
 }
 # questions whose count differs between the full pipeline's owner view and one engine query of the
-# same mode (what the count used to be), and one where both say 1
-HIDDEN_QUESTIONS = ["What is form EQ-5 used for?", "My daughter is nine years old. How much cheaper is the tour for her?",
-                    SECRET_QUESTION, "Will the price of the Julian Alps Weekend go down?"]
+# same mode (what the count used to be), and one where both agree
+HIDDEN_QUESTIONS = ["What is form EQ-5 used for?", SECRET_QUESTION, "Will the price of the Julian Alps Weekend go down?"]
 
 
 @pytest.fixture(scope="module")
@@ -241,8 +240,10 @@ def fused_world(tmp_path_factory):
                             "--owner", "adiyan-office", "--visibility", "global", "--quiet"]) == 0
     for name, text in {PRIVATE_NAME: PRIVATE_TEXT, **MORE_PRIVATE}.items():
         (root / name).write_text(text, encoding="utf-8")
-        owner = "carol" if name == PRIVATE_NAME else "dave"
-        assert cli.main(sets + ["ingest", str(root / name), "--owner", owner, "--visibility", "private", "--quiet"]) == 0
+    assert cli.main(sets + ["ingest", str(root / PRIVATE_NAME), "--owner", "carol", "--visibility", "private",
+                            "--quiet"]) == 0
+    assert cli.main(sets + ["ingest", *[str(root / n) for n in MORE_PRIVATE], "--owner", "dave", "--visibility",
+                            "private", "--quiet"]) == 0
     return {"root": root, "sets": sets}
 
 

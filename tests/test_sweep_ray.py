@@ -48,6 +48,9 @@ def test_ray_executor_gives_the_in_process_numbers_bit_for_bit(tmp_path):
     ray_res = S.run_sweep(_retrieval_spec(tmp_path / "ray-dirs"), out_dir=tmp_path / "ray", cwd=ROOT, progress=False,
                           executor="ray")
     assert local.ran == ray_res.ran and len(ray_res.ran) == 2 and not ray_res.failed  # ids: the grid's values
+    # a Ray worker built the index (a shared index would have been reused by every Ray point)
+    ray_infos = [json.loads((tmp_path / "ray" / "points" / pid / "point.json").read_text())["info"] for pid in ray_res.ran]
+    assert not all(i["index_reused"] for i in ray_infos), "the Ray points reused an index built before them"
     # each run built its own index once (the Ray points run side by side: one builds under the index's
     # lock, the other waits and opens it), every chunk embedded there from an empty embedding cache
     builds = {d: [json.loads(f.read_text()) for f in (tmp_path / d / "data" / "index").rglob("build.json")]
