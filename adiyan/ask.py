@@ -6,10 +6,11 @@ by name), the same grounded generation (``generation.answer_question``, with the
 ``invoke eval`` uses), or with ``agent=True`` the research agent over the same pipeline.
 
 What is shown: the answer; its sources (source key, chunk index, page when the chunk's payload
-carries one, score); how many chunks the access policy hid (a count only: the number of the
-top k for the question, searched without the filter, that the requester may not see; computed
-in the KB layer by :func:`adiyan.kb_policy.count_hidden`, so no hidden name or text reaches this
-module); and with the agent its trace (step, tool, arguments, observation summary).
+carries one, score); how many chunks the access policy hid (a count only: of the top k for the
+question from the same pipeline run without the access filter, the owner view, with every
+retrieval setting applied, how many the requester may not see; counted inside the
+:class:`~adiyan.retrieval.pipeline.Retriever`, so no hidden name or text reaches this module); and
+with the agent its trace (step, tool, arguments, observation summary).
 
 ``conversation=ID`` keeps the requester's conversation between calls through the three-part
 context of :mod:`adiyan.context` (memory facts, relevant recent history, the message), the same
@@ -27,7 +28,6 @@ from .cache import CallCache
 from .context import Conversation, open_conversation_retriever
 from .factory import open_kb, open_llm, open_retriever
 from .generation import answer_question
-from .kb_policy import count_hidden
 
 ENTRY_POINT = "adiyan ask"
 
@@ -93,12 +93,13 @@ def ask(settings, question: str, requester: str | None, *, agent: bool = False, 
         else:
             retriever = open_retriever(settings, kb, llm=llm, entry_point=ENTRY_POINT)
         k = settings.retrieval.kb_top_k
-        rc = retriever.config
-        hidden = count_hidden(kb, question, k, requester_id=requester, is_owner=is_owner,
-                              min_score=retriever.floor if rc.mode == "dense" else None, mode=rc.mode,
-                              rrf_k=rc.rrf_k, prefetch=rc.hybrid_prefetch, ef=retriever.ef, exact=retriever.exact)
-        if agent:
+        if agent:  # the agent searches its own queries: the question's count is one owner-view run of it
+            window = settings.conversation.history_window
+            history = None if conv is None else [{"role": t["role"], "content": t["content"]}
+                                                 for t in (conv.turns[-window:] if window > 0 else [])]
+            hidden = retriever.hidden_count(question, requester, is_owner, top_k=k, history=history)
             return _ask_agent(settings, question, requester, is_owner, llm, kb, retriever, hidden, k, conv)
+        retriever.counts_hidden = True  # the answer's own retrieve() counts it, also inside a conversation turn
         cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
         context = {}
         if conv is not None:
@@ -112,7 +113,7 @@ def ask(settings, question: str, requester: str | None, *, agent: bool = False, 
         sources = [Source(u["source"], u["chunk_index"], by_key[(u["source"], u["chunk_index"])].score,
                           by_key[(u["source"], u["chunk_index"])].page) for u in ans.used]
         described = res.describe() + (f" (floor {res.floor:.3f})" if res.floor_applied else "")
-        return AskResult(question, requester, ans.text, sources, hidden, k, "grounded",
+        return AskResult(question, requester, ans.text, sources, res.hidden, k, "grounded",
                          "grounded_generation" if res.chunks else
                          ("no_evidence" if settings.generation.strict_grounding else "ungrounded"), described,
                          conversation=conversation, context=context)

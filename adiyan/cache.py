@@ -1,11 +1,14 @@
 """On-disk caches keyed by content hash, so a sweep pays only for what changed.
 
-The embedding cache maps sha256(embedder id, prefix, text) to a float32 row in SQLite (for a
-Matryoshka-cut model, the full-width row under the full model's id: every width shares one encode). A
+The embedding cache maps sha256(embedder identity, prefix, text) to a float32 row in SQLite; the
+identity is the model's id, where it runs and its exact weights (adiyan/models/embedders.py), so
+two runtimes of one model name never share rows (for a Matryoshka-cut model, the full-width row
+under the full model's identity: every width shares one encode). A
 ``CachedEmbedder`` wraps any embedder: texts already seen cost one look-up, the rest go to the
 model in slices of ``CachedEmbedder.SLICE`` texts, each slice written to the cache as soon as it
 is embedded (a crash mid-encode loses at most one slice: the next run resumes where it stopped),
-and hits / misses are counted for the run's report.
+and hits / misses are counted for the run's report, with the texts whose input the model cut to
+its window (``truncated``: remembered in the cache, so a text served from it is counted too).
 """
 
 from __future__ import annotations
@@ -21,6 +24,12 @@ from typing import Sequence
 import numpy as np
 
 from .types import Kind
+
+
+def embedder_identity(embedder) -> str:
+    """Where the embedder runs and its exact weights (its ``identity``, adiyan/models/embedders.py): what
+    caches, evaluation indexes and collections are keyed by. A test double without one: its id."""
+    return getattr(embedder, "identity", None) or embedder.id
 
 
 def embedding_key(embedder_id: str, prefix: str, text: str) -> str:
@@ -52,6 +61,7 @@ class EmbeddingCache:
         with self._conn() as c:
             c.execute("CREATE TABLE IF NOT EXISTS embeddings (key TEXT PRIMARY KEY, dim INTEGER NOT NULL, "
                       "vec BLOB NOT NULL)")
+            c.execute("CREATE TABLE IF NOT EXISTS truncated (key TEXT PRIMARY KEY)")  # rows of cut inputs
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -85,6 +95,33 @@ class EmbeddingCache:
     def __len__(self) -> int:
         return int(self._conn().execute("SELECT COUNT(*) FROM embeddings").fetchone()[0])
 
+    def mark_truncated(self, keys: Sequence[str]) -> None:
+        """Remember that these rows were embedded from inputs cut to the model's window."""
+        if keys:
+            conn = self._conn()
+            with conn:
+                conn.executemany("INSERT OR IGNORE INTO truncated (key) VALUES (?)", [(k,) for k in keys])
+
+    def truncated_among(self, keys: Sequence[str]) -> set[str]:
+        out: set[str] = set()
+        uniq = list(dict.fromkeys(keys))
+        for i in range(0, len(uniq), 500):
+            chunk = uniq[i : i + 500]
+            out.update(k for (k,) in self._conn().execute(
+                f"SELECT key FROM truncated WHERE key IN ({','.join('?' * len(chunk))})", chunk))
+        return out
+
+
+@dataclass
+class EmbedStats(CacheStats):
+    """An embedder's cache hits and misses, and the distinct texts whose input the model cut to its
+    window (``truncated``: they were embedded from their head only)."""
+
+    truncated: int = 0
+
+    def as_dict(self) -> dict:
+        return {**super().as_dict(), "truncated": self.truncated}
+
 
 class CachedEmbedder:
     """Any embedder, behind the embedding cache. Same interface as the embedder it wraps."""
@@ -96,14 +133,16 @@ class CachedEmbedder:
         self.inner = inner
         self.cache = cache
         self.progress = progress
-        self.stats = CacheStats()
+        self.stats = EmbedStats()
+        self._truncated: set[str] = set()  # keys of this wrapper's texts whose input was cut
         self.id = inner.id
+        self.identity = embedder_identity(inner)
         self.dim = inner.dim
         self.normalized = inner.normalized
-        # a Matryoshka-cut model caches its full-width rows under the full model's id and cuts on the
-        # way out, so every width of one model shares one encode (embedders without embed_full: as is)
+        # a Matryoshka-cut model caches its full-width rows under the full model's identity and cuts on
+        # the way out, so every width of one model shares one encode (embedders without embed_full: as is)
         self._full = bool(getattr(inner, "truncate_dim", None)) and hasattr(inner, "embed_full")
-        self._key_id = inner.full_id if self._full else inner.id
+        self._key_id = (getattr(inner, "full_identity", None) or inner.full_id) if self._full else self.identity
 
     def prefix(self, kind: Kind | None) -> str:
         return self.inner.prefix(kind)
@@ -125,6 +164,9 @@ class CachedEmbedder:
         self.stats.misses += len(todo)
         if todo:
             found.update(self._embed_misses(todo, kind))
+        if len(todo) < len(keys):  # rows from the cache: were their inputs cut when they were embedded?
+            self._truncated.update(self.cache.truncated_among([k for k in keys if k not in todo]))
+        self.stats.truncated = len(self._truncated)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         rows = np.stack([found[k] for k in keys]).astype(np.float32)
@@ -145,6 +187,11 @@ class CachedEmbedder:
                 texts = [t for _, t in part]
                 vecs = self.inner.embed_full(texts, kind) if self._full else self.inner.embed(texts, kind)
                 fresh = {k: v for (k, _), v in zip(part, vecs)}
+                take = getattr(self.inner, "take_truncated", None)
+                cut = take() if take is not None else None
+                if cut:
+                    self.cache.mark_truncated([k for (k, _), c in zip(part, cut) if c])
+                    self._truncated.update(k for (k, _), c in zip(part, cut) if c)
                 self.cache.put_many(fresh)
                 out.update(fresh)
                 if bar is not None:

@@ -41,6 +41,7 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
+from .cache import embedder_identity
 from .chunking import chunk_stats, chunk_text
 from .config import ChunkingConfig, IngestConfig
 from .ingest.parse import ParseError, parse_cached
@@ -134,14 +135,15 @@ class KnowledgeBase(CorpusBm25Stats):
         self._bm25_stats = self.raw.root / "bm25.json"
         self.lexical = LexicalEncoder(avg_len=self.bm25_avg_len())
         self._lengths = LexicalEncoder(b=0.0)  # b = 0: a term's weight gives back its frequency
-        self.store.ensure_collection(self.collection, dim=embedder.dim, embedder_id=embedder.id,
+        # the same-model rule compares identities (id, runtime, weights), not names
+        self.store.ensure_collection(self.collection, dim=embedder.dim, embedder_id=embedder_identity(embedder),
                                      normalized=embedder.normalized)
         self.repair()
 
     def _check_model(self) -> None:
         meta = self.store.collection_meta(self.collection)
         if meta is not None:
-            meta.check(self.embedder.id, self.embedder.dim, self.embedder.normalized)
+            meta.check(embedder_identity(self.embedder), self.embedder.dim, self.embedder.normalized)
 
     def _fault(self, stage: str) -> None:
         if self.fault_hook is not None:

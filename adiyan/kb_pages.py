@@ -37,6 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .chunking import chunk_text
+from .cache import embedder_identity
 from .kb import DocumentNotFound
 from .kb_policy import access_filter, committed_only
 from .store.base import Cond, Filter, Point
@@ -174,7 +175,7 @@ class BookPages:
         # re-derives nothing that did not change (a lost or stale file only costs a re-check)
         self._checked_path = kb.raw.root / "book_pages_checked.json"
         self._guard = threading.Lock()
-        kb.store.ensure_collection(collection, dim=kb.embedder.dim, embedder_id=kb.embedder.id,
+        kb.store.ensure_collection(collection, dim=kb.embedder.dim, embedder_id=embedder_identity(kb.embedder),
                                    normalized=kb.embedder.normalized)
 
     # -- write: pages follow the committed records --------------------------------------------

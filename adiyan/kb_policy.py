@@ -114,16 +114,3 @@ def visible_to(payload: dict, requester_id: str | None, is_owner: bool) -> bool:
     return is_owner or payload.get("visibility") == "global" or (
         bool(requester_id) and payload.get("owner_identity") == requester_id)
 
-
-def count_hidden(kb, query: str, k: int, *, requester_id: str | None, is_owner: bool = False,
-                 min_score: float | None = None, **search) -> int:
-    """How many of the top ``k`` committed chunks for ``query``, searched *without* the access
-    filter (the owner role), the requester's filter removes: what ``adiyan ask`` reports as
-    hidden. Only the count leaves this function, never a name or a text. ``min_score`` (the
-    dense floor) leaves out chunks the floor would have dropped anyway; ``search`` are the
-    engine knobs of :meth:`KnowledgeBase.search` (mode, rrf_k, prefetch, ef, exact)."""
-    if is_owner:
-        return 0
-    hits = kb.search(query, k, requester_id=None, is_owner=True, **search)
-    return sum(1 for c in hits if (min_score is None or c.score >= min_score)
-               and not visible_to(c.payload, requester_id, is_owner))

@@ -46,6 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .cache import embedder_identity
 from .models import embedder_from_settings, llm_from_settings
 from .models.base import ModelError
 from .retrieval.recency import age_days, overfetch_size, parse_timestamp, rerank_by_recency, to_utc_iso
@@ -341,10 +342,10 @@ class Memory:
         # so the KB store's layout version does not apply.
         meta = CollectionMeta.from_dict(md)
         emb = self.embedder
-        if (meta.embedder_id, meta.dim, meta.normalized) != (emb.id, emb.dim, emb.normalized):
+        if (meta.embedder_id, meta.dim, meta.normalized) != (embedder_identity(emb), emb.dim, emb.normalized):
             raise EmbedderMismatchError(
                 f"memory collection {name!r} at {self.where} was built with embedder {meta.embedder_id!r} "
-                f"(dim {meta.dim}, normalized={meta.normalized}) but is being used with {emb.id!r} "
+                f"(dim {meta.dim}, normalized={meta.normalized}) but is being used with {embedder_identity(emb)!r} "
                 f"(dim {emb.dim}, normalized={emb.normalized}). Vectors from different models are not "
                 f"comparable: use another data directory or collection prefix, or switch the embedder back.")
 
@@ -352,7 +353,7 @@ class Memory:
         info = self.client.get_collection(name)
         if (info.config.metadata or {}).get("adiyan"):
             return
-        meta = CollectionMeta(name, self.embedder.dim, self.embedder.id, self.embedder.normalized,
+        meta = CollectionMeta(name, self.embedder.dim, embedder_identity(self.embedder), self.embedder.normalized,
                               extra={"engine": self.engine, "backend": "mem0"})
         self.client.update_collection(name, metadata={"adiyan": meta.to_dict()})
 

@@ -66,6 +66,9 @@ class RetrievalResult:
     reranker: str | None = None
     floor_applied: bool = True
     timings: dict = field(default_factory=dict)
+    # of the top k for the query searched without the access filter (the owner view of the same
+    # pipeline run), how many the requester may not see; None when not counted (a count, never names)
+    hidden: int | None = None
 
     def __post_init__(self) -> None:
         if not self.ranked:

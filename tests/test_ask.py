@@ -204,9 +204,75 @@ def test_agent_prints_a_trace_of_tools_that_really_ran(world, capsys, monkeypatc
     steps = [line.split(". ", 1)[1].split("(", 1)[0] for line in trace]
     assert steps and steps[0] == "search_kb"  # strict grounding: evidence first
     searches = [t for t in steps if t in ("search_kb", "search_document", "find_document")]
-    # the hidden-count query is not a pipeline call; every traced search is exactly one
+    # the hidden count is the owner view inside the Retriever, not a retrieve() call; every traced search is one
     assert len(seen) == len(searches), (steps, len(seen))
     assert all(r.query for r in seen)
     code, js = _ask(world, capsys, SECRET_QUESTION, "--as", "bob", "--agent", "--json")
     res = json.loads(js)
     assert res["mode"] == "agent" and [t["tool"] for t in res["trace"]] == steps
+
+
+# -- the hidden count under every retrieval setting (issue 23 item 2) -------------------------------
+
+PIPELINE = {"retrieval.mode": "hybrid", "retrieval.fusion": "convex", "retrieval.fusion_norm": "z",
+            "retrieval.fusion_weight": 0.6, "retrieval.prf_docs": 3, "retrieval.prf_weight": 0.5,
+            "retrieval.rerank": True, "retrieval.rerank_model": "minilm"}
+MORE_PRIVATE = {
+    "dave_refund_notes.md": "# Dave's notes on refunds (private)\n\nCustomer complaint log: a guest who cancelled 20 days "
+                            "before departure asked for a refund; I told her the refund request form and the "
+                            "cancellation fee. Refund disputes go to Dave.\n",
+    "dave_price_ideas.md": "# Dave's price ideas (private)\n\nIdea: lower the price of the Julian Alps Weekend and the "
+                           "single supplement next season; children's discount could rise. Draft only.\n",
+    "dave_packing.md": "# Dave's packing list (private)\n\nSuitcase weight limit for my own trip, luggage, rain gear, "
+                       "boots, insurance papers, medical cover card.\n",
+}
+# questions whose count differs between the full pipeline's owner view and one engine query of the
+# same mode (what the count used to be), and one where both agree
+HIDDEN_QUESTIONS = ["What is form EQ-5 used for?", SECRET_QUESTION, "Will the price of the Julian Alps Weekend go down?"]
+
+
+@pytest.fixture(scope="module")
+def fused_world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ask-fused")
+    sets = _sets(root) + [x for k, v in PIPELINE.items() for x in ("--set", f"{k}={v}")]
+    manifest = yaml.safe_load((EVALSET / "manifest.yaml").read_text(encoding="utf-8"))
+    assert cli.main(sets + ["ingest", *[str(EVALSET / d["file"]) for d in manifest["documents"]],
+                            "--owner", "adiyan-office", "--visibility", "global", "--quiet"]) == 0
+    for name, text in {PRIVATE_NAME: PRIVATE_TEXT, **MORE_PRIVATE}.items():
+        (root / name).write_text(text, encoding="utf-8")
+    assert cli.main(sets + ["ingest", str(root / PRIVATE_NAME), "--owner", "carol", "--visibility", "private",
+                            "--quiet"]) == 0
+    assert cli.main(sets + ["ingest", *[str(root / n) for n in MORE_PRIVATE], "--owner", "dave", "--visibility",
+                            "private", "--quiet"]) == 0
+    return {"root": root, "sets": sets}
+
+
+def test_hidden_count_is_the_owner_view_of_the_same_pipeline_run(fused_world, capsys, monkeypatch):
+    """With convex fusion, pseudo-relevance feedback and re-ranking on, "N of the top k are hidden" is
+    the pipeline's own top k for the owner role (computed here independently through open_retriever)
+    minus what bob may see; one engine query of the same mode (the count before issue 23) gives other
+    numbers on these questions, so the check can fail. Nothing private reaches bob's output."""
+    monkeypatch.setattr("adiyan.ask.open_llm", lambda settings: EchoLLM())
+    s = load_settings(None, {**_overrides(fused_world["root"]), **PIPELINE}, environ={})
+    kb = open_kb(s, progress=False)
+    try:
+        retriever = open_retriever(s, kb, entry_point="test")
+        expected, engine_only = [], []
+        for q in HIDDEN_QUESTIONS:
+            owner = retriever.retrieve_knowledge_base(q, None, True)
+            expected.append(sum(1 for c in owner.chunks if c.payload["visibility"] != "global"))
+            hits = kb.search(q, 4, requester_id=None, is_owner=True, mode="hybrid", prefetch=s.retrieval.hybrid_prefetch)
+            engine_only.append(sum(1 for c in hits if c.payload["visibility"] != "global"))
+            assert retriever.hidden_count(q, "bob") == expected[-1]  # the agent's count: the same owner view
+    finally:
+        kb.store.close()
+    assert all(expected) and engine_only != expected  # every question hides something; the old count differs
+    for q, n in zip(HIDDEN_QUESTIONS, expected):
+        capsys.readouterr()
+        assert cli.main(fused_world["sets"] + ["ask", q, "--as", "bob", "--quiet", "--json"]) == 0
+        out = capsys.readouterr().out
+        res = json.loads(out)
+        assert res["hidden"] == n, (q, res["hidden"], n)
+        assert res["retrieval"].startswith("hybrid") and "rerank" in res["retrieval"]  # the pipeline's own words
+        for leak in ("carol/", "dave/", "ZEBRA", "Dave's", "Customer complaint", "Draft only", "insurance papers"):
+            assert leak not in out, f"{leak!r} leaked into bob's output"

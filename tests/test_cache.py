@@ -95,6 +95,7 @@ def test_every_matryoshka_width_shares_one_encode(minilm, tmp_path):
     full = wide.embed(texts, "document")
     spy = CountingEmbedder(narrow)
     spy.truncate_dim, spy.full_id, spy.cut = 128, "minilm", narrow.cut  # the double forwards the Matryoshka API
+    spy.full_identity = narrow.full_identity  # and the model's identity (runtime, weights): the cache's key
     spy.embed_full = lambda t, kind="document": (_ for _ in ()).throw(AssertionError("model called"))
     cut = CachedEmbedder(spy, EmbeddingCache(tmp_path / "e.sqlite")).embed(texts, "document")
     assert cut.shape == (2, 128) and spy.calls == 0

@@ -22,7 +22,7 @@ import yaml
 
 from adiyan import ask as ask_module
 from adiyan import cli
-from adiyan.config import load_settings
+from adiyan.config import RetrievalConfig, load_settings, presets
 from adiyan.agent import Agent
 from adiyan.eval.harness import open_index
 from adiyan.eval.runner import run_eval
@@ -31,6 +31,7 @@ from adiyan.experiments.hnsw import hnsw_point, vector_set
 from adiyan.experiments.memory import evaluate_memory
 from adiyan.experiments.retrieval import evaluate_retrieval
 from adiyan.models.base import Completion, as_messages
+from adiyan.retrieval import pipeline as P
 from adiyan.retrieval.pipeline import Retriever, UnsupportedSetting
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -426,3 +427,104 @@ def test_question_set_entry_points_refuse_conversation_settings(world, setting):
         evaluate_retrieval(s)
     with pytest.raises(UnsupportedSetting, match=rf"{key}={value} is not honoured by the context experiment"):
         context_experiment.evaluate_context(s)
+
+
+# -- inert settings (issue 23 item 1): one declaration says where each setting acts ------------------
+
+# RetrievalConfig fields with no row in SETTINGS, and why (every other field must have one)
+NOT_IN_TABLE = {
+    "retrieval.unsafe_unscoped_search": "TEST-ONLY: every entry point refuses it by name (tests/test_access_policy.py, "
+                                        "the unscoped-search incident replay)",
+}
+
+# every setting with a condition in pipeline.ACTS_WHEN: a configuration where it has nothing to act
+# on, and a changed value
+INERT = {
+    "rrf_k": ({"retrieval.mode": "dense"}, 10),
+    "hybrid_prefetch": ({"retrieval.mode": "dense"}, 10),
+    "fusion": ({"retrieval.mode": "dense"}, "convex"),
+    "fusion_weight": ({"retrieval.mode": "hybrid", "retrieval.fusion": "dbsf"}, 0.9),
+    "fusion_norm": ({"retrieval.mode": "hybrid"}, "z"),
+    "prf_docs": ({"retrieval.mode": "bm25"}, 3),
+    "prf_weight": ({"retrieval.mode": "dense"}, 2.0),
+    "rerank_model": ({}, "minilm"),
+    "rerank_overfetch": ({}, 2),
+}
+
+
+def test_every_retrieval_setting_has_a_row_or_is_declared():
+    """A new RetrievalConfig field fails here until it has a row in SETTINGS (or says why not) and a
+    line in the one declaration of where it acts (pipeline.ACTS_WHEN)."""
+    rows = {key.split("=")[0] for key in SETTINGS}
+    fields = set(RetrievalConfig.model_fields)
+    no_row = sorted(f"retrieval.{f}" for f in fields if f"retrieval.{f}" not in rows | set(NOT_IN_TABLE))
+    assert not no_row, f"no row in SETTINGS and not declared in NOT_IN_TABLE: {no_row}"
+    assert rows | set(NOT_IN_TABLE) <= {f"retrieval.{f}" for f in fields}  # no row for a field that is gone
+    assert set(P.ACTS_WHEN) == fields
+    conditional = {name for name, when in P.ACTS_WHEN.items() if isinstance(when, P.ActsWhen)}
+    assert set(INERT) == conditional, "every conditional setting needs an INERT case"
+    for key, (base, changed, _) in SETTINGS.items():  # the table's own configurations act as they say
+        for overrides in (base, changed):
+            P.refuse_inert(load_settings(None, overrides, environ={}).retrieval, "the table")
+
+
+@pytest.mark.parametrize("name", sorted(INERT))
+def test_a_changed_setting_with_nothing_to_act_on_is_refused_by_name(name):
+    where, value = INERT[name]
+    when = P.ACTS_WHEN[name]
+    s = load_settings(None, {**where, f"retrieval.{name}": value}, environ={})
+    assert not when.test(s.retrieval)
+    with pytest.raises(UnsupportedSetting) as exc:
+        P.refuse_inert(s.retrieval, "invoke eval")
+    assert f"retrieval.{name}={value}" in str(exc.value) and when.needs in str(exc.value)
+    # left at its default it is no setting at all: nothing is refused
+    P.refuse_inert(load_settings(None, where, environ={}).retrieval, "invoke eval")
+
+
+class _NoKB:
+    """Test double for control flow only: a retriever must refuse before it touches the knowledge base."""
+
+    class embedder:
+        id = "none"
+
+
+def test_the_retriever_refuses_inert_settings_whoever_builds_it():
+    s = load_settings(None, {"retrieval.fusion": "convex"}, environ={})
+    with pytest.raises(UnsupportedSetting, match=r"retrieval\.fusion=convex .*retrieval\.mode=hybrid .*"
+                                                 r"here retrieval\.mode=dense"):
+        Retriever.from_settings(s, _NoKB(), entry_point="adiyan search")
+    with pytest.raises(UnsupportedSetting, match=r"retrieval\.rerank_overfetch=2 .*retrieval\.rerank=true"):
+        Retriever(_NoKB(), RetrievalConfig(rerank_overfetch=2), floor=0.0)
+
+
+def test_invoke_eval_refuses_convex_fusion_in_dense_mode(world, capsys):
+    """`invoke eval --set retrieval.fusion=convex` (dense, the default mode): refused by name, before
+    an index is built or a run directory written (it used to run plain dense search and report convex)."""
+    s = _settings(world, {"retrieval.fusion": "convex"})
+    reports = world["root"] / "reports"
+    before = sorted(reports.iterdir()) if reports.exists() else []
+    sets = []
+    for key, value in _flat(s).items():
+        sets += ["--set", f"{key}={value if value is not None else 'null'}"]
+    capsys.readouterr()
+    assert cli.main(sets + ["eval", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "retrieval.fusion=convex has nothing to act on in invoke eval" in err and "retrieval.mode=hybrid" in err
+    with pytest.raises(UnsupportedSetting, match=r"retrieval\.fusion=convex"):
+        run_eval(s, progress=False)
+    with pytest.raises(UnsupportedSetting, match=r"retrieval\.prf_docs=3"):
+        evaluate_retrieval(_settings(world, {"retrieval.mode": "bm25", "retrieval.prf_docs": 3}))
+    assert (sorted(reports.iterdir()) if reports.exists() else []) == before
+
+
+def test_shipped_presets_and_sweep_points_set_no_inert_setting():
+    from adiyan import sweeps as S
+
+    for name in presets():
+        P.refuse_inert(load_settings(None, {}, environ={}, preset=name).retrieval, f"preset {name}")
+    n = 0
+    for path in sorted((ROOT / "sweeps").glob("*.yaml")):
+        for point in S.expand(S.load_spec(path)):
+            P.refuse_inert(load_settings(None, point.overrides, environ={}).retrieval, f"{path.name} {point.id}")
+            n += 1
+    assert n >= 40  # every point of every shipped sweep was checked

@@ -1,6 +1,7 @@
 """The Ray executor (adiyan/sweeps/ray_engine.py) on a local Ray cluster started by the runner
-(2 CPUs, no dashboard, loopback): the same numbers as the in-process engine, and resume after a
-kill keeps every finished point.
+(2 CPUs, no dashboard, loopback): the same numbers as the in-process engine, recomputed by the
+workers from their own data and cache directories (nothing of the local run's index or embeddings
+is shared), and resume after a kill keeps every finished point.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ TIMING = ("_ms", "_s", "wall_s")
 
 
 def _retrieval_spec(tmp: Path) -> S.SweepSpec:
+    """The sweep with its data (the evaluation index) and caches (embeddings) in ``tmp``: each run its own."""
     from tests.conftest import MODEL_DIR
 
     overrides = {"paths.data_dir": str(tmp / "data"), "paths.cache_dir": str(tmp / "cache"),
@@ -40,11 +42,25 @@ def _retrieval_spec(tmp: Path) -> S.SweepSpec:
 def test_ray_executor_gives_the_in_process_numbers_bit_for_bit(tmp_path):
     import pandas as pd
 
-    spec = _retrieval_spec(tmp_path)
-    local = S.run_sweep(spec, out_dir=tmp_path / "local", cwd=ROOT, progress=False)
-    spec = _retrieval_spec(tmp_path)
-    ray_res = S.run_sweep(spec, out_dir=tmp_path / "ray", cwd=ROOT, progress=False, executor="ray")
-    assert local.ran == ray_res.ran and len(ray_res.ran) == 2 and not ray_res.failed
+    from adiyan.cache import EmbeddingCache
+
+    local = S.run_sweep(_retrieval_spec(tmp_path / "local-dirs"), out_dir=tmp_path / "local", cwd=ROOT, progress=False)
+    ray_res = S.run_sweep(_retrieval_spec(tmp_path / "ray-dirs"), out_dir=tmp_path / "ray", cwd=ROOT, progress=False,
+                          executor="ray")
+    assert local.ran == ray_res.ran and len(ray_res.ran) == 2 and not ray_res.failed  # ids: the grid's values
+    # a Ray worker built the index (a shared index would have been reused by every Ray point)
+    ray_infos = [json.loads((tmp_path / "ray" / "points" / pid / "point.json").read_text())["info"] for pid in ray_res.ran]
+    assert not all(i["index_reused"] for i in ray_infos), "the Ray points reused an index built before them"
+    # each run built its own index once (the Ray points run side by side: one builds under the index's
+    # lock, the other waits and opens it), every chunk embedded there from an empty embedding cache
+    builds = {d: [json.loads(f.read_text()) for f in (tmp_path / d / "data" / "index").rglob("build.json")]
+              for d in ("local-dirs", "ray-dirs")}
+    assert [len(b) for b in builds.values()] == [1, 1], builds
+    (local_build,), (ray_build,) = builds.values()
+    assert ray_build["embed_cache_hits"] == 0 and ray_build["embed_cache_misses"] == local_build["embed_cache_misses"] > 0
+    assert ray_build["n_chunks"] == local_build["n_chunks"]
+    rows = [len(EmbeddingCache(tmp_path / d / "cache" / "embeddings.sqlite")) for d in ("local-dirs", "ray-dirs")]
+    assert rows[0] == rows[1] > 0  # chunks and questions: the same embeddings, computed by each run
     a = pd.read_parquet(tmp_path / "local" / "runs.parquet")
     b = pd.read_parquet(tmp_path / "ray" / "runs.parquet")
     metric_cols = [c for c in a.columns if c not in ("point_wall_s", "finished_at", "notebook", "html", "config")

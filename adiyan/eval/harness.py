@@ -34,11 +34,12 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ..cache import embedder_identity
 from ..config import ConversationConfig
 from ..factory import open_embedder, open_kb
 from ..generation import approx_tokens
 from ..kb import IngestError, IngestItem
-from ..retrieval.pipeline import UnsupportedSetting
+from ..retrieval.pipeline import UnsupportedSetting, refuse_inert
 from ..types import RetrievedChunk
 from . import metrics as M
 from .evalset import Evalset, load_evalset
@@ -98,19 +99,29 @@ def evalset_and_hash(evalset) -> tuple[Evalset, str]:
     return _EVALSETS[key]
 
 
-def index_key(settings, evalset_hash: str, embedder_id: str) -> dict:
-    """What an index depends on: evalset content, embedder, chunking, parser and store build knobs."""
-    return {"evalset": evalset_hash, "embedder": embedder_id, "chunking": settings.chunking.model_dump(mode="json"),
-            "ocr": settings.ingest.ocr, "max_bytes": settings.ingest.max_bytes,
-            "hnsw_m": settings.store.hnsw_m, "hnsw_ef_construct": settings.store.hnsw_ef_construct,
-            "quantization": settings.store.quantization, "quantization_rescore": settings.store.quantization_rescore,
-            "indexing_threshold_kb": settings.store.indexing_threshold_kb, "engine": settings.store.engine,
-            "url": settings.store.url, "prefix": settings.store.collection_prefix}
+# The sections an index build reads (open_kb: store engine, embedder, parser, chunker), and their
+# fields that are per-query engine knobs, not build knobs (one index serves every value of them).
+BUILD_SECTIONS = ("ingest", "chunking", "embedder", "store")
+QUERY_TIME = {"store.hnsw_ef": "per-query HNSW search breadth", "store.exact": "per-query brute-force search"}
 
 
-def index_dir(settings, es: Evalset, es_hash: str, embedder_id: str) -> Path:
-    key = index_key(settings, es_hash, embedder_id)
-    return (Path(settings.paths.data_dir) / "index" / f"{_slug(es.name)}-{es_hash[:8]}" / _slug(embedder_id)
+def index_key(settings, evalset_hash: str, embedder) -> dict:
+    """What an index depends on: the evalset's content, the embedder's identity (runtime and
+    weights, not only its name) and every field of the sections the build reads (BUILD_SECTIONS),
+    except the per-query knobs (QUERY_TIME). ``embedder``: the embedder, or its identity string."""
+    key: dict = {"evalset": evalset_hash,
+                 "embedder_identity": embedder if isinstance(embedder, str) else embedder_identity(embedder)}
+    for section in BUILD_SECTIONS:
+        key[section] = {f: v for f, v in getattr(settings, section).model_dump(mode="json").items()
+                        if f"{section}.{f}" not in QUERY_TIME}
+    return key
+
+
+def index_dir(settings, es: Evalset, es_hash: str, embedder) -> Path:
+    """``<data_dir>/index/<evalset>-<hash>/<embedder id>/<sha of index_key>``."""
+    key = index_key(settings, es_hash, embedder)
+    name = embedder if isinstance(embedder, str) else embedder.id
+    return (Path(settings.paths.data_dir) / "index" / f"{_slug(es.name)}-{es_hash[:8]}" / _slug(name)
             / _sha(key)[:12])
 
 
@@ -171,7 +182,7 @@ def open_index(settings, evalset=None, *, embedder=None, progress: bool = False)
     t0 = time.perf_counter()
     es, es_hash = evalset_and_hash(evalset if evalset is not None else settings.eval.evalset)
     embedder = embedder if embedder is not None else open_embedder(settings, progress=progress)
-    kdir = index_dir(settings, es, es_hash, embedder.id)
+    kdir = index_dir(settings, es, es_hash, embedder)
     with _LOCK:
         memo = _OPEN.get(str(kdir.resolve()))
         if memo is not None:
@@ -217,6 +228,7 @@ def _build(settings, es: Evalset, es_hash: str, embedder, kdir: Path, *, progres
         shutil.rmtree(kdir)
     kdir.mkdir(parents=True)
     hits0, misses0 = embedder.stats.hits, embedder.stats.misses
+    cut0 = getattr(embedder.stats, "truncated", 0)
     t0 = time.perf_counter()
     kb = open_kb(settings, embedder=embedder, data_dir=kdir, progress=progress)
     try:
@@ -232,7 +244,7 @@ def _build(settings, es: Evalset, es_hash: str, embedder, kdir: Path, *, progres
     failed = [{"file": it.filename, "reason": str(r)} for it, r in zip(items, results) if isinstance(r, IngestError)]
     failed += [{"file": m.source, "reason": str(m)} for r in ok for m in r.members if isinstance(m, IngestError)]
     chars = [r.chunk_stats.get("mean", 0) * r.chunk_stats.get("count", 0) for r in ok]
-    build = {"key": index_key(settings, es_hash, embedder.id),
+    build = {"key": index_key(settings, es_hash, embedder),
              "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              "build_s": round(time.perf_counter() - t0, 3),
              "parse_s": round(sum(float(r.report.get("seconds", 0.0)) for r in ok if not r.report.get("cached")), 3),
@@ -241,6 +253,8 @@ def _build(settings, es: Evalset, es_hash: str, embedder, kdir: Path, *, progres
              "n_changed": sum(r.changed for r in ok),
              "chunk_chars_total": round(sum(chars)), "embed_cache_hits": embedder.stats.hits - hits0,
              "embed_cache_misses": embedder.stats.misses - misses0,
+             # texts the embedder cut to its input window (llama.cpp's n_ctx): embedded from their head only
+             "embed_truncated": getattr(embedder.stats, "truncated", 0) - cut0,
              "chunks_per_doc": {r.source: r.n_chunks for r in ok}, "failed": failed}
     tmp = kdir / "build.json.tmp"
     tmp.write_text(json.dumps(build, indent=2), encoding="utf-8")
@@ -275,7 +289,10 @@ class QuestionRows:
 
 def refuse_conversation_settings(settings, entry_point: str) -> None:
     """conversation.* shape a conversation turn's context; a question evalset has no turns, so a
-    changed value would be reported as if it had run: every question-set entry point refuses it."""
+    changed value would be reported as if it had run: every question-set entry point refuses it.
+    So is a retrieval setting with nothing to act on under the chosen mode (``refuse_inert``, which
+    the Retriever applies too): here it is refused before an index is built or a run directory written."""
+    refuse_inert(settings.retrieval, entry_point)
     default = ConversationConfig()
     for key, value in settings.conversation.model_dump().items():
         if value != getattr(default, key):

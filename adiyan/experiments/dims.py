@@ -29,6 +29,8 @@ class TruncatedEmbedder:
             raise ValueError(f"cannot truncate {base.id} ({base.dim}-d) to {dim}")
         self.base, self.dim = base, int(dim)
         self.id = base.id if dim == base.dim else f"{base.id}@{dim}"
+        identity = getattr(base, "identity", None) or base.id  # where it runs and its weights (caches, indexes)
+        self.identity = identity if dim == base.dim else f"{identity}@{dim}"
         self.normalized = True
         self.stats = base.stats
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from ..cache import embedder_identity
 from ..eval.harness import dir_lock, held_by_another, replica
 from ..factory import open_embedder, open_memory
 from ..retrieval.pipeline import refuse_settings
@@ -112,7 +113,8 @@ def _open_at(settings, data_dir: Path, embedder):
 def memory_store(settings, es: MemoryEvalset, embedder, *, progress: bool = False):
     """A mem0 Memory holding the evalset, built once per (evalset, embedder), opened with the
     point's ``memory.*`` settings (a point with other settings gets a freshly opened one)."""
-    key = {"evalset": es.content_hash(), "embedder": embedder.id, "prefix": settings.store.collection_prefix,
+    key = {"evalset": es.content_hash(), "embedder": embedder_identity(embedder),
+           "prefix": settings.store.collection_prefix,
            "layout": "open_memory"}
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", embedder.id)
     kdir = Path(settings.paths.data_dir) / "sweep" / "memory" / f"v{es.version}-{slug}-{_sha(key)[:12]}"

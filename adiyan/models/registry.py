@@ -20,6 +20,7 @@ from .base import ModelError
 from .embedders import (NOMIC_ID, NOMIC_PREFIXES, LlamaCppEmbedder, OllamaEmbedder, OpenAICompatibleEmbedder,
                         SentenceTransformerEmbedder)
 from .llms import LlamaCppLLM, OllamaLLM, OpenAICompatibleLLM
+from .nomic_gguf import NOMIC_GGUF_SHA256
 
 EMBEDDERS = ["minilm", "mpnet", "nomic-embed-text", "ollama:NAME", "openai-compatible:URL",
              "sentence-transformers:PATH", "gguf:PATH"]
@@ -41,23 +42,26 @@ def load_embedder(name: str, *, models_dir: str | os.PathLike = ".cache/adiyan/m
                   api_key_env: str = "OPENAI_API_KEY"):
     """The raw (uncached) embedder named ``name``; see the module docstring for names."""
     _offline_env()
-    key = ("emb", name, str(models_dir), url, batch_size, truncate_dim, model, timeout_s, api_key_env)
+    # every argument is in the key: a model loaded with other threads (or any other knob) is another object
+    key = ("emb", name, str(models_dir), url, batch_size, truncate_dim, threads, model, timeout_s, api_key_env)
     if key in _loaded:
         return _loaded[key]
     models_dir = Path(models_dir)
     if name == "minilm":
         emb = SentenceTransformerEmbedder("minilm", str(assets.minilm_path()), batch_size=batch_size,
-                                          truncate_dim=truncate_dim)
+                                          truncate_dim=truncate_dim, digest_memo=models_dir)
     elif name == "mpnet":
         emb = SentenceTransformerEmbedder("mpnet", str(assets.mpnet_path(models_dir)), batch_size=batch_size,
-                                          truncate_dim=truncate_dim)
+                                          truncate_dim=truncate_dim, digest_memo=models_dir)
     elif name == NOMIC_ID:
         if url:
             emb = OllamaEmbedder(NOMIC_ID, "nomic-embed-text", url, prefixes=NOMIC_PREFIXES,
                                  truncate_dim=truncate_dim, batch_size=batch_size, timeout_s=timeout_s)
         else:
+            # the packaged GGUF is verified against NOMIC_GGUF_SHA256 when it is assembled
             emb = LlamaCppEmbedder(NOMIC_ID, str(assets.nomic_gguf_path(models_dir, progress=progress)),
-                                   prefixes=NOMIC_PREFIXES, truncate_dim=truncate_dim, threads=threads)
+                                   prefixes=NOMIC_PREFIXES, truncate_dim=truncate_dim, threads=threads,
+                                   weights_sha256=NOMIC_GGUF_SHA256)
     elif name.startswith("ollama:"):
         model = name.split(":", 1)[1]
         prefixes = NOMIC_PREFIXES if model.startswith("nomic-embed-text") else None
@@ -76,12 +80,13 @@ def load_embedder(name: str, *, models_dir: str | os.PathLike = ".cache/adiyan/m
         path = name.split(":", 1)[1]
         if not Path(path).is_dir():
             raise ModelError(f"{name}: {path} is not a sentence-transformers folder (offline: no hub downloads)")
-        emb = SentenceTransformerEmbedder(name, path, batch_size=batch_size, truncate_dim=truncate_dim)
+        emb = SentenceTransformerEmbedder(name, path, batch_size=batch_size, truncate_dim=truncate_dim,
+                                          digest_memo=models_dir)
     elif name.startswith("gguf:"):
         path = name.split(":", 1)[1]
         if not Path(path).is_file():
             raise ModelError(f"{name}: no such GGUF file")
-        emb = LlamaCppEmbedder(name, path, truncate_dim=truncate_dim, threads=threads)
+        emb = LlamaCppEmbedder(name, path, truncate_dim=truncate_dim, threads=threads, digest_memo=models_dir)
     else:
         raise ModelError(f"unknown embedder {name!r}; choose one of: {', '.join(EMBEDDERS)}")
     _loaded[key] = emb

@@ -28,11 +28,13 @@ every caller alike: what a person sees from ``adiyan search`` is what ``invoke e
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 from ..cache import CallCache
 from ..config import RetrievalConfig
+from ..kb_policy import visible_to
 from ..models import llm_from_settings
 from ..types import RetrievalResult, RetrievedChunk
 from .floor import resolve_floor
@@ -50,6 +52,85 @@ class UnsupportedSetting(ValueError):
                          + "; remove the setting or use an entry point that honours it")
 
 
+class InertSetting(UnsupportedSetting):
+    """A setting changed from its default that has nothing to act on in this configuration; the
+    message names it, the configuration it met and what would make it act."""
+
+    def __init__(self, setting: str, entry_point: str, needs: str, here: str):
+        self.setting, self.entry_point, self.needs = setting, entry_point, needs
+        ValueError.__init__(self, f"{setting} has nothing to act on in {entry_point}: it acts only with {needs} "
+                                  f"(here {here}); set that, or remove the setting")
+
+
+@dataclass(frozen=True)
+class ActsWhen:
+    """When a retrieval setting has something to act on: ``test(config)``, stated as ``needs``
+    (what would make it act) over the fields ``deps`` (shown in the refusal)."""
+
+    test: Callable[[RetrievalConfig], bool]
+    needs: str
+    deps: tuple[str, ...]
+
+
+_HYBRID = ActsWhen(lambda rc: rc.mode == "hybrid", "retrieval.mode=hybrid", ("mode",))
+_CONVEX = ActsWhen(lambda rc: rc.mode == "hybrid" and rc.fusion == "convex",
+                   "retrieval.mode=hybrid and retrieval.fusion=convex", ("mode", "fusion"))
+_RERANK = ActsWhen(lambda rc: rc.rerank, "retrieval.rerank=true", ("rerank",))
+
+# THE declaration of which retrieval settings act under which configuration: every RetrievalConfig
+# field, either with the condition under which it has something to act on (ActsWhen), or with the
+# place it always acts (a string). A field changed from its default whose condition is false is
+# refused by name (refuse_inert): Retriever refuses it when it is built, so every entry point does,
+# and the question-set entry points before anything runs. describe() reports an inert setting as
+# None. tests/test_entry_points.py checks this table against RetrievalConfig.model_fields.
+ACTS_WHEN: dict[str, ActsWhen | str] = {
+    "kb_top_k": "every knowledge-base search (retrieve_knowledge_base)",
+    "rank_depth": "every search: the kept ranking and the candidate pool",
+    "doc_top_k": "every search within one document (search_within_document)",
+    # the floor acts on dense chunk scores, and on book-page search, which is dense in every mode
+    "score_floors": "dense chunk search and book-page search (dense in every mode)",
+    "default_floor": "dense chunk search and book-page search (dense in every mode)",
+    "use_calibrated_floors": "dense chunk search and book-page search (dense in every mode)",
+    "floor_min_j": "dense chunk search and book-page search (dense in every mode)",
+    "mode": "every search",
+    # RRF fuses hybrid's two lists in the engine, and the several queries of a split question
+    "rrf_k": ActsWhen(lambda rc: (rc.mode == "hybrid" and rc.fusion == "rrf") or rc.query_transform == "split",
+                      "retrieval.mode=hybrid and retrieval.fusion=rrf, or retrieval.query_transform=split",
+                      ("mode", "fusion", "query_transform")),
+    "hybrid_prefetch": _HYBRID,
+    "fusion": _HYBRID,
+    "fusion_weight": _CONVEX,
+    "fusion_norm": _CONVEX,
+    "prf_docs": ActsWhen(lambda rc: rc.mode != "bm25", "retrieval.mode=dense or hybrid (a query vector to move)",
+                         ("mode",)),
+    "prf_weight": ActsWhen(lambda rc: rc.mode != "bm25" and rc.prf_docs > 0,
+                           "retrieval.prf_docs > 0 and retrieval.mode=dense or hybrid", ("mode", "prf_docs")),
+    "rerank": "every search",
+    "rerank_model": _RERANK,
+    "rerank_overfetch": _RERANK,
+    "query_transform": "every search (the history transforms only where the entry point passes history)",
+    "unsafe_unscoped_search": "the unscoped-search incident replay only (every other entry point refuses it)",
+}
+
+
+def inert_settings(rc: RetrievalConfig) -> dict[str, ActsWhen]:
+    """The settings of ``rc`` whose condition is false here (whatever their value)."""
+    missing = set(RetrievalConfig.model_fields) - set(ACTS_WHEN)
+    if missing:  # a new field must say where it acts (tests/test_entry_points.py checks this too)
+        raise KeyError(f"retrieval.{sorted(missing)[0]} is not declared in ACTS_WHEN (adiyan/retrieval/pipeline.py)")
+    return {name: when for name, when in ACTS_WHEN.items() if isinstance(when, ActsWhen) and not when.test(rc)}
+
+
+def refuse_inert(rc: RetrievalConfig, entry_point: str) -> None:
+    """Refuse, by name, a setting changed from its default that has nothing to act on under ``rc``."""
+    defaults = RetrievalConfig()
+    for name, when in inert_settings(rc).items():
+        value = getattr(rc, name)
+        if value != getattr(defaults, name):
+            here = ", ".join(f"retrieval.{d}={getattr(rc, d)}" for d in when.deps)
+            raise InertSetting(f"retrieval.{name}={value}", entry_point, when.needs, here)
+
+
 class Retriever:
     """transform → engine search under the access filter → floor → re-rank → cut to k."""
 
@@ -58,6 +139,7 @@ class Retriever:
                  entry_point: str = "this entry point", supports_history: bool = False):
         """``supports_history``: the entry point passes each query's conversation history
         (``retrieve(..., history=...)``); without it the history transforms are refused by name."""
+        refuse_inert(config, entry_point)
         if config.query_transform in HISTORY_MODES and not supports_history:
             raise UnsupportedSetting(f"retrieval.query_transform={config.query_transform}", entry_point,
                                      "it rewrites a conversation's follow-up and this entry point has no history")
@@ -80,6 +162,9 @@ class Retriever:
         self.transform_failures = 0  # HyDE generations that came back empty (counted, never hidden)
         self.entry_point = entry_point
         self.supports_history = supports_history
+        # every retrieve() also counts what the access policy hid (adiyan ask sets it: its answer
+        # may come through a conversation turn, which calls retrieve() itself)
+        self.counts_hidden = False
 
     @classmethod
     def from_settings(cls, settings, kb, llm=None, *, reranker=None, cache: CallCache | None = None,
@@ -91,6 +176,7 @@ class Retriever:
         loaded from ``retrieval.rerank_model`` behind the embedding cache when re-ranking is on.
         """
         rc = settings.retrieval
+        refuse_inert(rc, entry_point)  # refuse before loading anything
         if rc.unsafe_unscoped_search and not allow_unscoped:  # refuse before loading anything
             raise UnsupportedSetting("retrieval.unsafe_unscoped_search=true", entry_point,
                                      "it disables the access policy and exists only for the incident replay")
@@ -119,12 +205,14 @@ class Retriever:
         return d * self.config.rerank_overfetch if self.reranker is not None else d
 
     def retrieve(self, query: str, requester_id: str | None, is_owner: bool = False, *, top_k: int | None = None,
-                 within: str | None = None, floor: float | None = None, history=None) -> RetrievalResult:
+                 within: str | None = None, floor: float | None = None, history=None,
+                 count_hidden: bool = False) -> RetrievalResult:
         """The top k chunks for ``query`` that ``requester_id`` may see (``within`` one source).
 
         ``floor`` overrides the embedder's floor for this call (calibration measures below it);
         ``history`` (earlier turns, ``[{"role", "content"}]``, ``[]`` for a first message) is what the
-        history transforms rewrite a follow-up from.
+        history transforms rewrite a follow-up from. ``count_hidden`` (or ``self.counts_hidden``): the
+        result's ``hidden`` is how many of the top k the access policy removed (see :meth:`_hidden`).
         """
         rc = self.config
         k = top_k or (rc.doc_top_k if within else rc.kb_top_k)
@@ -138,12 +226,41 @@ class Retriever:
         if outcome.failed:
             self.transform_failures += 1
         timings["transform_s"] = time.perf_counter() - t0
+        scope = dict(requester_id=requester_id, is_owner=is_owner, within=within)
+        ranked, dropped = self._ranked(query, outcome.queries, k, floor, scope, timings)
+        chunks = ranked[:k]
+        hidden = (self._hidden(query, outcome.queries, k, floor, requester_id, is_owner, within)
+                  if count_hidden or self.counts_hidden else None)
+        floored = rc.mode == "dense"
+        return RetrievalResult(query, chunks, floor, dropped if not chunks or floored else 0, rc.mode, ranked=ranked,
+                               queries=list(outcome.queries), transform=rc.query_transform,
+                               transform_failed=outcome.failed,
+                               reranker=getattr(self.reranker, "id", None) if self.reranker is not None else None,
+                               floor_applied=floored, timings=timings, hidden=hidden)
+
+    def hidden_count(self, query: str, requester_id: str | None, is_owner: bool = False, *,
+                     top_k: int | None = None, history=None) -> int:
+        """How many of the top k chunks for ``query`` the access policy hides from the requester
+        (:meth:`_hidden`), for a caller whose own searches are not one ``retrieve`` of ``query``
+        (the agent); ``retrieve(..., count_hidden=True)`` counts it from the call's own queries."""
+        rc = self.config
+        if rc.query_transform in HISTORY_MODES and history is None:
+            raise UnsupportedSetting(f"retrieval.query_transform={rc.query_transform}", self.entry_point,
+                                     "hidden_count() was called without history= (pass [] for a first message)")
+        outcome = transform_query(query, rc.query_transform, llm=self.llm, cache=self.cache, history=history)
+        return self._hidden(query, outcome.queries, top_k or rc.kb_top_k, self.floor, requester_id, is_owner, None)
+
+    def _ranked(self, query: str, queries: list[str], k: int, floor: float, scope: dict,
+                timings: dict) -> tuple[list[RetrievedChunk], int]:
+        """Stages 2-5 for the transformed ``queries`` under ``scope`` (requester, owner role, within):
+        engine search (fusion, PRF), floor, fusion of several queries, re-rank, cut to the depth."""
+        rc = self.config
         t0 = time.perf_counter()
         floored = rc.mode == "dense"
         runs, dropped = [], 0
-        for q in outcome.queries:
-            hits = self._engine(q, self.pool(k), dict(requester_id=requester_id, is_owner=is_owner, within=within,
-                                                      ef=self.ef, exact=self.exact, unscoped=rc.unsafe_unscoped_search))
+        for q in queries:
+            hits = self._engine(q, self.pool(k), dict(scope, ef=self.ef, exact=self.exact,
+                                                      unscoped=rc.unsafe_unscoped_search))
             if floored:
                 kept = [c for c in hits if c.score >= floor]
                 dropped += len(hits) - len(kept)
@@ -155,13 +272,17 @@ class Retriever:
             t0 = time.perf_counter()
             ranked = _rerank(self.reranker, query, ranked)
             timings["rerank_s"] = time.perf_counter() - t0
-        ranked = ranked[: self.depth(k)]
-        chunks = ranked[:k]
-        return RetrievalResult(query, chunks, floor, dropped if not chunks or floored else 0, rc.mode, ranked=ranked,
-                               queries=list(outcome.queries), transform=rc.query_transform,
-                               transform_failed=outcome.failed,
-                               reranker=getattr(self.reranker, "id", None) if self.reranker is not None else None,
-                               floor_applied=floored, timings=timings)
+        return ranked[: self.depth(k)], dropped
+
+    def _hidden(self, query: str, queries: list[str], k: int, floor: float, requester_id: str | None,
+                is_owner: bool, within: str | None) -> int:
+        """The owner view of the same pipeline run: the same transformed queries through the same
+        stages (fusion, PRF, floor, re-ranking, cut) without the access filter; how many of its top k
+        the requester may not see. Only the count leaves here, never a chunk, a name or a text."""
+        if is_owner or self.config.unsafe_unscoped_search:
+            return 0
+        owner, _ = self._ranked(query, queries, k, floor, dict(requester_id=None, is_owner=True, within=within), {})
+        return sum(1 for c in owner[:k] if not visible_to(c.payload, requester_id, False))
 
     def _engine(self, q: str, limit: int, scope: dict) -> list[RetrievedChunk]:
         """Engine search of one query (``scope``: requester, filter and engine knobs), with dense
@@ -231,12 +352,18 @@ class Retriever:
                                          floor=self.floor if floor is None else floor, ef=self.ef, exact=self.exact)
 
     def describe(self) -> dict:
+        """What this pipeline does; a setting with nothing to act on here (ACTS_WHEN) is None."""
         rc = self.config
-        return {"mode": rc.mode, "query_transform": rc.query_transform, "floor": self.floor if rc.mode == "dense" else None,
-                "rerank": getattr(self.reranker, "id", None), "kb_top_k": rc.kb_top_k, "doc_top_k": rc.doc_top_k,
-                "rank_depth": rc.rank_depth, "rrf_k": rc.rrf_k, "hybrid_prefetch": rc.hybrid_prefetch,
-                "hnsw_ef": self.ef, "exact": self.exact, "fusion": rc.fusion, "fusion_weight": rc.fusion_weight,
-                "fusion_norm": rc.fusion_norm, "prf_docs": rc.prf_docs, "prf_weight": rc.prf_weight}
+        out = {"mode": rc.mode, "query_transform": rc.query_transform, "floor": self.floor if rc.mode == "dense" else None,
+               "rerank": getattr(self.reranker, "id", None), "kb_top_k": rc.kb_top_k, "doc_top_k": rc.doc_top_k,
+               "rank_depth": rc.rank_depth, "rrf_k": rc.rrf_k, "hybrid_prefetch": rc.hybrid_prefetch,
+               "hnsw_ef": self.ef, "exact": self.exact, "fusion": rc.fusion, "fusion_weight": rc.fusion_weight,
+               "fusion_norm": rc.fusion_norm, "prf_docs": rc.prf_docs, "prf_weight": rc.prf_weight,
+               "rerank_overfetch": rc.rerank_overfetch}
+        for name in inert_settings(rc):
+            if name in out:
+                out[name] = None
+        return out
 
 
 def _fuse(runs: list[list[RetrievedChunk]], rrf_k: int) -> list[RetrievedChunk]:
