@@ -63,7 +63,7 @@ def summary_lines(result: Mapping) -> list[str]:
     return lines
 
 
-def _plot(result: Mapping) -> Markup:
+def plot(result: Mapping) -> Markup:
     """Pearson with its 95% interval per metric, one panel per aspect; dashed: human vs human."""
     rows = [r for r in [result["ragchecker"], *result["rows"]] if r["status"] == "measured"]
     with plt.rc_context(_RC):
@@ -128,7 +128,7 @@ def write_report(result: Mapping, out_dir: str | Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     html = _env.from_string(PAGE).render(r=result, rows=table_rows(result), aspects=ASPECTS, cell=cell_text,
-                                         plot=_plot(result), css=Markup(CSS))
+                                         plot=plot(result), css=Markup(CSS))
     path = out / "index.html"
     path.write_text(html, encoding="utf-8")
     return path

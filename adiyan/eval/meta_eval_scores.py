@@ -105,13 +105,16 @@ def _embedder(settings, name: str):
 
 
 def offline_rows(instances: Sequence[MetaInstance], labels: Mapping[str, np.ndarray], settings, *,
-                 embedders: Sequence[str] = ("minilm",), n_boot: int, progress: bool = True) -> list[dict]:
-    """The offline metrics' rows, each scored on both responses of all instances."""
+                 embedders: Sequence[str] = ("minilm",), n_boot: int, progress: bool = True,
+                 extras: bool = True) -> list[dict]:
+    """The offline metrics' rows, each scored on both responses of all instances; ``extras=False``
+    only the registry's metrics (no diagnostics, no embedding similarity)."""
     n, seed = len(instances), settings.seed
     refs = [i.gt_answer for i in instances] * 2
     resps = [i.responses[0] for i in instances] + [i.responses[1] for i in instances]
     rows_in = [{"id": f"{k % n}:model{k // n + 1}", "answer": a, "reference": r} for k, (r, a) in
                enumerate(zip(refs, resps))]
+    embedders = embedders if extras else ()
     bar = tqdm(total=5 + len(embedders), desc="meta-eval metrics", unit="metric", disable=not progress, leave=False)
     per_row = score_non_llm(rows_in)
     bar.update(3)
@@ -130,6 +133,9 @@ def offline_rows(instances: Sequence[MetaInstance], labels: Mapping[str, np.ndar
     add("keyword_recall", [float(M.keyword_hit(a, k)) for a, k in zip(resps, kws)], "offline",
         "the workbench's keyword hit (every keyword in the response) over keywords derived from the ground "
         "truth's content words (this set has no authored keywords)")
+    if not extras:
+        bar.close()
+        return out
     add("keyword_share", [keyword_share(a, k) for a, k in zip(resps, kws)], "diagnostic",
         "meta-eval only: the share of the derived keywords in the response (a graded keyword recall)")
     add("bleu_score_ragas", ragas_bleu_as_shipped(refs, resps), "diagnostic",
