@@ -52,6 +52,19 @@ def eval(c, config=None, set_=None, quiet=False, preset=None):  # noqa: A001 - t
     _cli(c, "eval" + (" --quiet" if quiet else ""), config, set_, preset)
 
 
+@task(iterable=["set_", "embedder"], help={"set_": "override: key=value (repeatable); eval.judge=... adds judged metrics",
+                                          "config": "YAML config file", "embedder": "embedding similarity with this "
+                                          "embedder (repeatable, default minilm)", "bootstrap": "resamples",
+                                          "write_registry": "also write adiyan/eval/human_correlation.yaml",
+                                          "quiet": "no progress bars"})
+def meta_eval(c, config=None, set_=None, embedder=None, bootstrap=None, write_registry=False, quiet=False):
+    """Every answer metric against RAGChecker's human labels: reports/meta_eval/ (docs/meta-eval.md)."""
+    args = "meta-eval" + "".join(f" --embedder {e}" for e in embedder or []) + (
+        f" --bootstrap {bootstrap}" if bootstrap else "") + (" --write-registry" if write_registry else "") + (
+        " --quiet" if quiet else "")
+    _cli(c, args, config, set_)
+
+
 @task(iterable=["only"], help={"only": "check only this model (repeatable)", "json": "print JSON"})
 def models(c, only=None, json=False):
     """Prepare and check every offline model: id, dims or context, load time, a smoke result."""

@@ -19,6 +19,9 @@ from .eval.floors import DEFAULT_CALIBRATION_SET, calibrate_floor
 from .eval.harness import close_index, open_index
 from .eval.incidents import format_table, replay_all, write_results
 from .eval.incidents import summary as incident_summary
+from .eval.meta_eval import DEFAULT_BOOTSTRAP, MetaEvalDataError, run_meta_eval, write_human_correlation, write_json
+from .eval.meta_eval_report import summary_lines as meta_eval_summary
+from .eval.meta_eval_report import write_report as write_meta_eval_report
 from .eval.runner import RegressionFailed, run_eval, summary_lines
 from .factory import open_kb, open_retriever
 from .kb import DocumentNotFound, IngestError, IngestItem
@@ -230,6 +233,25 @@ def cmd_replay(args) -> int:
     return status
 
 
+def cmd_meta_eval(args) -> int:
+    """Every answer metric against RAGChecker's human labels (docs/meta-eval.md); judged metrics when
+    eval.judge is set. Exit 1 when RAGChecker's recomputed row misses the published one (the method's check)."""
+    s = _settings(args)
+    try:
+        result = run_meta_eval(s, data_dir=args.data, n_boot=args.bootstrap, embedders=args.embedder or ["minilm"],
+                               progress=not args.quiet)
+    except MetaEvalDataError as exc:
+        print(f"adiyan: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.output or Path(s.paths.reports_dir) / "meta_eval")
+    paths = [write_json(result, out), write_meta_eval_report(result, out)]
+    if args.write_registry:
+        paths.append(write_human_correlation(result))
+    print("\n".join(meta_eval_summary(result)))
+    print("  written: " + ", ".join(str(p) for p in paths))
+    return 0 if result["ragchecker"]["check"]["passed"] else 1
+
+
 def _table(rows) -> str:
     cols = ["name", "id", "size", "load_s", "ok", "smoke"]
     widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
@@ -307,6 +329,15 @@ def main(argv: list[str] | None = None) -> int:
     pr.add_argument("--output", help="JSON path (default reports/incidents.json)")
     pr.add_argument("--quiet", action="store_true")
     pr.set_defaults(fn=cmd_replay)
+    pme = sub.add_parser("meta-eval", help="every answer metric against RAGChecker's human labels (reports/meta_eval/)")
+    pme.add_argument("--data", help="the meta-evaluation folder (default <paths.datasets_dir>/ragchecker_meta)")
+    pme.add_argument("--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples for the intervals")
+    pme.add_argument("--embedder", action="append", help="embedding similarity with this embedder (repeatable; "
+                     "default minilm)")
+    pme.add_argument("--output", help="folder for meta_eval.json and index.html (default reports/meta_eval)")
+    pme.add_argument("--write-registry", action="store_true", help="also write adiyan/eval/human_correlation.yaml")
+    pme.add_argument("--quiet", action="store_true")
+    pme.set_defaults(fn=cmd_meta_eval)
     args = p.parse_args(argv)
     try:
         return args.fn(args)

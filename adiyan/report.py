@@ -106,6 +106,23 @@ def _n_of(groups: dict, group: str, name: str):
     return (groups.get(group) or {}).get(f"{name}.n")
 
 
+def human_badge(group: str, name: str) -> Markup:
+    """Beside a metric: its measured correlation with human labels (overall aspect, Pearson x 100
+    with its 95% interval; every aspect in the tooltip) from the registry's side table
+    (adiyan/eval/human_correlation.yaml, written by ``adiyan meta-eval``), or why it was not
+    measured. Nothing for a metric the table does not list (not an answer metric)."""
+    entry = M.human_correlation(group, name)
+    if entry.get("status") == "measured":
+        o = entry["overall"]
+        tip = "; ".join(f"{a}: Pearson {entry[a]['pearson']} {entry[a]['pearson_ci']}, Spearman {entry[a]['spearman']} "
+                        f"{entry[a]['spearman_ci']}" for a in ("correctness", "completeness", "overall"))
+        return Markup('<span class="human" title="{}">vs humans r={} [{}, {}]</span>').format(
+            f"RAGChecker meta-evaluation, {entry.get('n_instances')} instances: {tip}", o["pearson"], *o["pearson_ci"])
+    if entry.get("groups"):  # listed for this group, not measured: say why
+        return Markup('<span class="human" title="{}">vs humans: not measured</span>').format(entry.get("why", ""))
+    return Markup("")
+
+
 # ---------------------------------------------------------------- run plots
 
 
@@ -195,7 +212,7 @@ th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .best{background:#c8f0c8;font-weight:bold}.miss{color:#b34700}.hit{color:#137a5a}
 .fail{border:1px solid #ddd;padding:.5em 1em;margin:.8em 0;border-radius:4px}
 .unreliable{color:#999;text-decoration:line-through}.badge{background:#fde2e1;color:#8a1c14;border-radius:3px;padding:0 4px;font-size:11px;white-space:nowrap}
-.warnings li{margin:.3em 0}.warnings b{color:#8a1c14}
+.human{color:#555;font-size:11px;margin-left:.4em}.warnings li{margin:.3em 0}.warnings b{color:#8a1c14}
 pre{white-space:pre-wrap;background:#f7f7f7;padding:.5em;margin:.3em 0}
 svg{max-width:100%;height:auto}code{font-size:.95em}
 """
@@ -220,9 +237,9 @@ RUN_TEMPLATE = """<!DOCTYPE html>
 <h2>Metrics</h2>
 {% for group, vals in (m.metrics or {}).items() %}<h3>{{ group }}</h3>
 <table><tr><th>metric</th><th>value</th></tr>
-{% for k, v in vals.items() %}{% set n = n_of(m.metrics, group, k) %}{% if unreliable(m.metrics, group, k) %}<tr><td>{{ k }} <span class="badge">unreliable judge</span></td><td class="num"><span class="unreliable">{{ fmt(v) }}</span>{% if n is not none %} (n={{ n }}){% endif %}</td></tr>
-{% elif n is not none %}<tr><td>{{ k }}</td><td class="num">{{ fmt(v) }} (n={{ n }})</td></tr>
-{% else %}<tr><td>{{ k }}</td><td class="num">{{ fmt(v) }}</td></tr>
+{% for k, v in vals.items() %}{% set n = n_of(m.metrics, group, k) %}{% if unreliable(m.metrics, group, k) %}<tr><td>{{ k }} <span class="badge">unreliable judge</span>{{ human(group, k) }}</td><td class="num"><span class="unreliable">{{ fmt(v) }}</span>{% if n is not none %} (n={{ n }}){% endif %}</td></tr>
+{% elif n is not none %}<tr><td>{{ k }}{{ human(group, k) }}</td><td class="num">{{ fmt(v) }} (n={{ n }})</td></tr>
+{% else %}<tr><td>{{ k }}{{ human(group, k) }}</td><td class="num">{{ fmt(v) }}</td></tr>
 {% endif %}{% endfor %}</table>
 {% endfor %}{% if m.floor %}<h3>score floor</h3>
 <p>{{ m.floor.reason }}{% if m.floor.calibration %}. Calibrated on <b>{{ m.floor.calibration.evalset }}</b> (hash <code>{{ m.floor.calibration.evalset_hash }}</code>, {{ m.floor.calibration.split or "all questions" }}, rule {{ m.floor.calibration.rule }}: J {{ fmt(m.floor.calibration.youden_j) }}, TPR {{ fmt(m.floor.calibration.tpr) }}, FPR {{ fmt(m.floor.calibration.fpr) }}, n {{ m.floor.calibration.n_relevant }} relevant / {{ m.floor.calibration.n_irrelevant }} irrelevant){% endif %}.{% if m.floor.effect and m.floor.effect.measured %} On this run's top {{ m.floor.effect.k }} without a floor, the floor {{ "removes" if m.floor.applied else "would remove (not applied)" }} {{ m.metrics.floor.relevant_below_floor }} of {{ m.metrics.floor.relevant_top_k }} relevant and {{ m.metrics.floor.irrelevant_below_floor }} of {{ m.metrics.floor.irrelevant_top_k }} irrelevant chunks.{% endif %}</p>
@@ -259,7 +276,7 @@ RUN_TEMPLATE = """<!DOCTYPE html>
 
 _env = Environment(autoescape=True, keep_trailing_newline=True)
 _env.globals.update(fmt=fmt, short=_short, status=_status, top=_top_score, css=Markup(CSS),
-                    unreliable=judged_unreliable, n_of=_n_of)
+                    unreliable=judged_unreliable, n_of=_n_of, human=human_badge)
 
 
 # ---------------------------------------------------------------- public API

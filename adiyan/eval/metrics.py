@@ -4,10 +4,14 @@ registry that declares every metric the workbench writes (name, group, direction
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from statistics import fmean
 from typing import Sequence
+
+import yaml
 
 
 def reciprocal_rank(retrieved_sources: Sequence[str], gold: Sequence[str]) -> float:
@@ -104,6 +108,7 @@ REGISTRY: tuple[Metric, ...] = (
     _m("ragas", "non_llm_string_similarity", HIGHER, **_UNIT),
     _m("ragas", "rouge_score", HIGHER, **_UNIT),
     _m("ragas", "exact_match", HIGHER, **_UNIT),
+    _m("ragas", "bleu_score", HIGHER, **_UNIT, description="sacreBLEU of the answer against the gold answer (one segment, /100)"),
     _m("ragas_llm", "judge_agreement", HIGHER, **_UNIT, description="the judge's agreement with labelled pairs"),
     _m("ragas_llm", "judge_agreement_ci_low", HIGHER, **_UNIT, description="lower bound of its 95% confidence interval"),
     _m("ragas_llm", "judge_agreement_ci_high", NEUTRAL, **_UNIT, description="upper bound of its 95% Wilson interval"),
@@ -215,6 +220,7 @@ REGISTRY: tuple[Metric, ...] = (
     _m("sweep", "non_llm_string_similarity", HIGHER, **_UNIT, description="per question: RAGAS string similarity to the gold answer"),
     _m("sweep", "rouge_score", HIGHER, **_UNIT, description="per question: RAGAS ROUGE-L F against the gold answer"),
     _m("sweep", "exact_match", HIGHER, **_UNIT, description="per question: RAGAS exact match with the gold answer"),
+    _m("sweep", "bleu_score", HIGHER, **_UNIT, description="per question: sacreBLEU against the gold answer (/100)"),
     # -- invoke eval's timings (metrics.json "timings"), read by the eval sweep as timings.NAME
     _m("timings", "ingest_s", LOWER, lo=0.0),
     _m("timings", "retrieve_s", LOWER, lo=0.0),
@@ -235,6 +241,7 @@ REGISTRY: tuple[Metric, ...] = (
     _m("agent_ragas", "non_llm_string_similarity", HIGHER, **_UNIT),
     _m("agent_ragas", "rouge_score", HIGHER, **_UNIT),
     _m("agent_ragas", "exact_match", HIGHER, **_UNIT),
+    _m("agent_ragas", "bleu_score", HIGHER, **_UNIT),
     _m("agent", "questions", NEUTRAL, lo=0.0),
     _m("agent", "repeats", NEUTRAL, lo=0.0, description="runs per question (the latency spread is over these)"),
     _m("agent", "max_steps", NEUTRAL, lo=0.0),
@@ -375,3 +382,33 @@ def check_metrics(groups: dict) -> list[str]:
             except UnregisteredMetric:
                 out.append(f"{g}/{n}")
     return out
+
+
+# ================================================================== agreement with human labels
+#
+# A side table beside the registry: per answer metric, its correlation with human judgements as
+# measured by ``adiyan meta-eval`` on RAGChecker's human-labelled set (docs/meta-eval.md), or why
+# it was not measured. ``adiyan meta-eval --write-registry`` writes the file; a test checks its
+# offline figures against a fresh computation. A metric absent from the table is not measured.
+
+HUMAN_CORRELATION_FILE = Path(__file__).with_name("human_correlation.yaml")
+NOT_MEASURED = {"status": "not_measured", "why": "no measurement against human labels"}
+
+
+@functools.cache
+def _human_table(path: Path = HUMAN_CORRELATION_FILE) -> dict:
+    if not path.exists():
+        return {}
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict) or not isinstance(data.get("metrics", {}), dict):
+        raise ValueError(f"{path}: expected a mapping with a 'metrics' mapping")
+    return data
+
+
+def human_correlation(group: str, name: str) -> dict:
+    """The measured correlation of metric ``group/name`` with human labels (``status: measured``,
+    Pearson / Spearman x 100 per aspect with 95% intervals), or why it was not measured."""
+    entry = (_human_table().get("metrics") or {}).get(name)
+    if entry is None or group not in entry.get("groups", ()):
+        return dict(NOT_MEASURED)
+    return entry

@@ -18,6 +18,13 @@ Wiring (verified against the installed ragas 0.4.3 source):
   Levenshtein distance, via rapidfuzz), ``RougeScore`` (rougeL F-measure with stemming, via
   rouge_score) and ``ExactMatch`` (``reference == response``, byte for byte: no case or
   whitespace normalisation), each ``await metric.ascore(reference=..., response=...)``.
+- BLEU (``bleu_score``): :func:`bleu_score`, sacreBLEU's ``corpus_bleu([response], [[reference]])
+  / 100`` (13a tokenisation, exponential smoothing), i.e. what ragas 0.4's
+  ``ragas.metrics.collections.BleuScore`` computes *without* its sentence split. ragas 0.4.3
+  splits both texts on ". " and passes the reference sentences as separate reference streams;
+  sacreBLEU zips hypotheses with streams, so only the response's *first* sentence is scored
+  (against every reference sentence as alternatives) and the rest is ignored
+  (tests/test_meta_eval.py shows it). The one-segment form scores the whole answer.
 - LLM-judged, from ``ragas.metrics.collections``: ``Faithfulness``, ``AnswerRelevancy`` (the
   0.4 name of response relevancy), ``ContextPrecisionWithReference``, ``ContextRecall`` and
   ``NoiseSensitivity``. Collections metrics accept only an ``InstructorBaseRagasLLM``
@@ -55,6 +62,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Type
 os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")  # before ragas is imported (on first use: _ragas)
 
 import numpy as np  # noqa: E402
+import sacrebleu  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
@@ -66,7 +74,7 @@ if TYPE_CHECKING:  # annotations only: ragas itself is imported on first use (_r
     from ragas.metrics.collections import DistanceMeasure
 
 NON_LLM_METRICS = ("id_based_context_precision", "id_based_context_recall", "non_llm_string_similarity",
-                   "rouge_score", "exact_match")
+                   "rouge_score", "exact_match", "bleu_score")
 LLM_METRICS = ("faithfulness", "answer_relevancy", "llm_context_precision", "llm_context_recall",
                "noise_sensitivity")
 ALIASES = {"response_relevancy": "answer_relevancy", "context_precision": "llm_context_precision",
@@ -277,9 +285,17 @@ def non_llm_metrics(*, rouge_type: str = "rougeL", distance: DistanceMeasure | N
     }
 
 
+def bleu_score(reference: str, response: str) -> float:
+    """BLEU of the whole response against the whole reference, in [0, 1] (sacreBLEU / 100; see
+    the module docstring for why not ragas' ``BleuScore``). Clipped to 1.0: sacreBLEU gives
+    identical texts 100.00000000000004. A response under four tokens has no 4-grams and scores
+    0, as in any unsmoothed corpus BLEU."""
+    return min(1.0, float(sacrebleu.corpus_bleu([response], [[reference]]).score) / 100.0)
+
+
 def score_non_llm(rows: Sequence[Mapping | EvalRow], *, id_field: str = "source", rouge_type: str = "rougeL",
                   distance: DistanceMeasure | None = None) -> dict[str, list[float | None]]:
-    """Per-row values of the non-LLM metrics, computed by ragas. ``None`` = undefined for that
+    """Per-row values of the non-LLM metrics, computed by ragas (BLEU by sacreBLEU). ``None`` = undefined for that
     row: no answer or no reference (string metrics), nothing retrieved (precision), no
     reference ids (recall)."""
     norm = [normalize_row(r, i, id_field=id_field) for i, r in enumerate(rows)]
@@ -287,7 +303,7 @@ def score_non_llm(rows: Sequence[Mapping | EvalRow], *, id_field: str = "source"
     sample = _ragas().SingleTurnSample
 
     async def go():
-        out: dict[str, list[float | None]] = {name: [] for name in metrics}
+        out: dict[str, list[float | None]] = {name: [] for name in (*metrics, "bleu_score")}
         for r in norm:
             ids = sample(retrieved_context_ids=r.retrieved_ids, reference_context_ids=r.reference_ids)
             out["id_based_context_precision"].append(
@@ -302,6 +318,8 @@ def score_non_llm(rows: Sequence[Mapping | EvalRow], *, id_field: str = "source"
                 else:
                     res = await metrics[name].ascore(reference=r.reference, response=r.answer)
                     out[name].append(_finite(res.value))
+            out["bleu_score"].append(None if r.answer is None or r.reference is None
+                                     else _finite(bleu_score(r.reference, r.answer)))
         return out
 
     return _run(go())

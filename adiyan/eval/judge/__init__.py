@@ -11,8 +11,9 @@ adiyan.eval.judge import X`` is the way in (see ``client`` for the judge's full 
 from __future__ import annotations
 
 from .calibration import (
-    CALIBRATION_PROMPT, DEFAULT_RELIABLE_THRESHOLD, LABELS, Calibration, CalibrationPair, Label, SupportVerdict,
-    calibrate, calibration_prompt, count_statuses, judged_metric_flags, wilson_interval,
+    CALIBRATION_PROMPT, DEFAULT_RELIABLE_THRESHOLD, LABELS, PREFERENCE_PROMPT, Calibration, CalibrationPair, Label,
+    PreferencePair, PreferenceVerdict, SupportVerdict, calibrate, calibrate_preferences, calibration_prompt,
+    count_statuses, judged_metric_flags, preference_prompt, wilson_interval,
 )
 from .client import (
     DEFAULT_SYSTEM_PROMPT, EXCERPT_CHARS, FAILED_STATUSES, RETRY_SUFFIX, STATUSES, Judge, JudgeCallFailed,
@@ -30,6 +31,7 @@ __all__ = [
     # calibration
     "CALIBRATION_PROMPT", "DEFAULT_RELIABLE_THRESHOLD", "LABELS", "Calibration", "CalibrationPair", "Label",
     "SupportVerdict", "calibrate", "calibration_prompt", "count_statuses", "judged_metric_flags", "wilson_interval",
+    "PREFERENCE_PROMPT", "PreferencePair", "PreferenceVerdict", "calibrate_preferences", "preference_prompt",
     # labelled pairs
     "NEGATIVE_LABELS", "candidate_pairs", "evalset_calibration_pairs", "make_calibration_pairs", "select_pairs",
     "support_passage",

@@ -14,6 +14,11 @@ gets there (40 pairs: 0.5 agreement → lower bound ≈ 0.35), a judge right on 
 0.8 (0.610): too few pairs cannot make a judge reliable. Metrics of a judge that is not
 reliable are to be shown as unreliable (:func:`judged_metric_flags`). The pairs are made in
 ``pairs``.
+
+A second, human-labelled set: :func:`calibrate_preferences` asks the judge which of two answers
+is better and scores its agreement with human preferences (``adiyan meta-eval`` makes the pairs
+from RAGChecker's annotations, adiyan/eval/meta_eval.py). It is reported beside the authored
+pairs' agreement; the reliability rule is still applied to the authored pairs.
 """
 
 from __future__ import annotations
@@ -200,3 +205,74 @@ def judged_metric_flags(calibration: Calibration | None, metrics: Iterable[str])
 
 def count_statuses(results: Iterable[JudgeResult]) -> Counter:
     return Counter(r.status for r in results)
+
+
+# ---------------------------------------------------------------- human preferences (second set)
+
+@dataclass
+class PreferencePair:
+    """Two answers to one question and which of them people judged better (``A`` or ``B``)."""
+
+    id: str
+    question: str
+    reference: str
+    answer_a: str
+    answer_b: str
+    better: Literal["A", "B"]
+    source: str = ""  # where the human label comes from
+
+
+class PreferenceVerdict(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    better: Literal["A", "B"]
+
+
+PREFERENCE_PROMPT = """Two answers to the same question are compared with a reference answer. Decide which answer is better overall: more correct (fewer statements that contradict the reference) and more complete (covers more of the reference).
+
+Question: {question}
+
+Reference answer:
+{reference}
+
+Answer A:
+{answer_a}
+
+Answer B:
+{answer_b}
+
+Which answer is better? Reply with JSON only: {{"better": "A"}} or {{"better": "B"}}"""
+
+
+def preference_prompt(pair: PreferencePair) -> str:
+    return PREFERENCE_PROMPT.format(question=pair.question.strip(), reference=pair.reference.strip(),
+                                    answer_a=pair.answer_a.strip(), answer_b=pair.answer_b.strip())
+
+
+def calibrate_preferences(judge: Judge, pairs: Sequence[PreferencePair], *,
+                          reliable_threshold: float = DEFAULT_RELIABLE_THRESHOLD,
+                          metric: str = "calibration_human", progress: bool = False) -> Calibration:
+    """The judge's agreement with human preferences: the share of pairs where it picks the answer
+    people picked (a failed judgement counts as a disagreement), with its Wilson interval. Labels
+    in ``per_label`` are the human choice, ``A`` or ``B``."""
+    per_label = {lab: _bucket() for lab in ("A", "B")}
+    failures: list[JudgeFailure] = []
+    verdicts = []
+    for pair in tqdm(pairs, desc="judge on human preferences", unit="pair", disable=not progress, leave=False):
+        if pair.better not in per_label:
+            raise ValueError(f"pair {pair.id}: better must be 'A' or 'B', got {pair.better!r}")
+        res = judge.ask(preference_prompt(pair), PreferenceVerdict, metric=metric, sample_id=pair.id)
+        choice = None
+        if res.value is None:
+            key = "failed"
+            failures.append(JudgeFailure(metric, pair.id, res.status, _excerpt(res.raw or res.error)))
+        else:
+            choice = res.value.better
+            key = "agree" if choice == pair.better else "disagree"
+        per_label[pair.better]["n"] += 1
+        per_label[pair.better][key] += 1
+        verdicts.append({"id": pair.id, "label": pair.better, "choice": choice, "status": res.status,
+                         "cached": res.cached, "source": pair.source})
+    n = len(pairs)
+    agree = sum(v["agree"] for v in per_label.values())
+    return Calibration(round(agree / n, 6) if n else None, n, per_label, failures, reliable_threshold, judge.id,
+                       verdicts=verdicts)
