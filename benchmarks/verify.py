@@ -69,7 +69,7 @@ class Figure:
 
     def rule(self) -> str:
         if self.expected is not None:
-            if isinstance(self.expected, str):
+            if isinstance(self.expected, (str, bool)):
                 return "exact"
             return "exact" if not self.tolerance else f"± {self.tolerance:g}"
         parts = ([f"≥ {self.at_least:g}"] if self.at_least is not None else []) + (
@@ -77,6 +77,8 @@ class Figure:
         return " and ".join(parts)
 
     def shown(self) -> str:
+        if isinstance(self.expected, bool):
+            return str(self.expected).lower()
         if self.expected is not None:
             return self.expected if isinstance(self.expected, str) else f"{self.expected:g}"
         return self.rule()
@@ -85,6 +87,8 @@ class Figure:
         """None when ``value`` holds, else the reason it does not."""
         if value is None:
             return "missing from the output"
+        if isinstance(self.expected, bool):
+            return None if value is self.expected else f"{value!r} is not {self.expected}"
         if isinstance(self.expected, str):
             return None if str(value) == self.expected else f"{value!r} != expected {self.expected!r}"
         try:
@@ -152,7 +156,7 @@ def load(file: Path) -> Regression:
         has_bound = "at_least" in f or "at_most" in f
         if has_value == has_bound:
             _fail(file, f"{where}: give either expected (with tolerance) or at_least / at_most")
-        if has_value and not isinstance(f["expected"], str) and "tolerance" not in f:
+        if has_value and not isinstance(f["expected"], (str, bool)) and "tolerance" not in f:
             _fail(file, f"{where}: a numeric expected value needs a tolerance (0 for exact)")
         if (has_bound or (f.get("tolerance") or 0) != 0) and not f.get("why"):
             _fail(file, f"{where}: a tolerance or bound needs 'why'")
