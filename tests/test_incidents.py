@@ -94,7 +94,8 @@ def test_unscoped_search_before_fails_if_the_setting_is_ignored(settings, minilm
 
 def test_image_only_slides_hold(settings):
     r = I.image_only_slide(settings, None)
-    assert r.holds is True and r.variants_text == "5/5 variants"
+    # slide 5's picture holds no text: OCR cannot change it, so it is checked but not a test
+    assert r.holds is True and r.variants_text == "4/4 variants, 1 not a test"
     slides = {(s["deck"].rsplit("/", 1)[-1], s["slide"]): s for s in r.details["slides"]}
     assert all(s["before"]["chars"] == 0 and s["before"]["warnings"] == ["empty_slide"] for s in slides.values())
     assert slides[("sales_deck.pptx", 4)]["after"]["tier"] == "ocr:rapidocr"
@@ -105,7 +106,7 @@ def test_image_only_slides_hold(settings):
 def test_image_only_slides_fail_when_empty_slides_go_unnamed(settings, monkeypatch):
     monkeypatch.setattr(ExtractionReport, "warn", lambda self, code, unit, message: None)  # warnings, removed
     r = I.image_only_slide(settings, None)
-    assert r.holds is False and r.violated == 5 and r.details["silent_before"] == 5
+    assert r.holds is False and r.violated == 5 and r.details["silent_before"] == 5  # slide 5 too: it is silent
 
 
 def test_image_only_slides_before_shows_nothing_if_ocr_none_is_ignored(settings, monkeypatch):
@@ -116,8 +117,21 @@ def test_image_only_slides_before_shows_nothing_if_ocr_none_is_ignored(settings,
 
     monkeypatch.setattr(incident4, "parse_cached", ocr_always_on)
     r = I.image_only_slide(settings, None)
-    # only the slide whose picture holds no text is still lost before: 5/5 drops to 1/5
-    assert r.variants_text == "1/5 variants, 4 not reproduced" and r.details["lost_before"] == 1
+    # only the slide whose picture holds no text is still lost before; it cannot discriminate, so
+    # nothing is held and the principle is not shown (it held here before issue 23: "1/5 variants")
+    assert r.variants_text == "0/4 variants, 4 not reproduced, 1 not a test" and r.details["lost_before"] == 1
+    assert r.holds is False
+
+
+def test_a_variant_that_is_not_a_test_never_carries_the_verdict():
+    from adiyan.eval.incidents.common import HELD, NOT_A_TEST, NOT_REPRODUCED, VIOLATED, classify, counts, verdict
+
+    assert classify(True, True, discriminating=False) == NOT_A_TEST
+    assert classify(True, False, discriminating=False) == VIOLATED  # a broken defence is never hidden
+    assert verdict([NOT_A_TEST, NOT_REPRODUCED]) is False and verdict([NOT_A_TEST]) is False
+    assert verdict([HELD, NOT_A_TEST]) is True and verdict([HELD, NOT_A_TEST, VIOLATED]) is False
+    r = IncidentResult(4, "x", "", "", "m", False, "", **counts([NOT_A_TEST, NOT_REPRODUCED]))
+    assert r.variants_text == "0/1 variants, 1 not reproduced, 1 not a test" and r.variants_share == 0.0
 
 
 # -- 1. chunk dilution (the knowledge base, heading-blind vs structural) ---------------------------
