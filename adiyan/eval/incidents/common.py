@@ -49,6 +49,7 @@ class IncidentResult:
     before: str = ""  # the production code and setting the before runs
     after: str = ""
     details: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)  # the incident's own figures, recorded as {n}_{name}_{key}
     seconds: float = 0.0
 
     @property
