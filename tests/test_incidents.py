@@ -9,6 +9,7 @@ safeguard; everything else is the real pipeline on the real model.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import adiyan.kb
@@ -195,6 +196,15 @@ def test_stale_fact_holds(settings, minilm):
     rows = {v["id"]: v for v in r.details["variants"]}
     assert rows["colour"]["stale_similarity"] > rows["colour"]["correction_similarity"]
     assert r.details["negation_closer"] == 7
+    # the run's own pair, computed with its embedder (issue 23: 0.91 / 0.36 were written into every run)
+    pair = r.details["measured_pair"]
+    assert pair["embedder"] == "minilm" and pair["terms"] == rows["colour"]["negation"]
+    t, neg, other = minilm.embed(list(pair["terms"]), None)
+    assert pair["cos_negation"] == pytest.approx(float(t @ neg / (np.linalg.norm(t) * np.linalg.norm(neg))), abs=1e-4)
+    assert pair["cos_unrelated"] == pytest.approx(float(t @ other / (np.linalg.norm(t) * np.linalg.norm(other))),
+                                                  abs=1e-4)
+    assert not [k for k in r.details if k.startswith("project_")]  # no other model's figure written as this run's
+    assert r.details["seed_constants"]["cos_teal_not_teal"] == 0.86 and "constant" in r.details["seed_constants"]["source"]
 
 
 @pytest.mark.slow
