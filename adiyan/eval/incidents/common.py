@@ -11,7 +11,7 @@ variants (``evalsets/incidents/``) and classes each variant:
   principle; the after must still not let the failure through there (else it is violated), but
   it is never counted as held;
 - **n/a**: it cannot be measured in this configuration (a text past the embedder's input
-  window, no floor to fall under), with the reason; never counted as held.
+  window, scores that are no cosines), with the reason; never counted as held.
 
 The verdict (:func:`verdict`): the principle **holds** when no variant is violated and at least
 one discriminating variant is held (a before that never fails shows nothing, and neither does a
