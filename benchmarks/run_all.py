@@ -49,8 +49,11 @@ def _headline(name: str, r: dict) -> dict:
     """The few figures worth a line in the summary."""
     try:
         if name == "ingest":
+            docs = r.get("documents") or {}
             return {"ratio_ingest_to_embed": r["ratio_ingest_to_embed"], "meets_target": r["meets_target"],
-                    "cache_speedup_reingest": r["cache_speedup_reingest"]}
+                    "cache_speedup_reingest": r["cache_speedup_reingest"],
+                    "documents_ratio_ingest_to_embed": docs.get("ratio_ingest_to_embed"),
+                    "documents_ratio_parse_to_embed": docs.get("ratio_parse_to_embed")}
         if name == "latency":
             return {f"{s['set']}/{row['filter']}": {"p50": row["ratio_exact_to_hnsw_p50"],
                                                     "recall@10": row["hnsw_recall@10_vs_exact"]}

@@ -376,9 +376,12 @@ def _lat(ms) -> dict:
 
 
 def evaluate_split(settings, beir_dir: Path, cfgs: dict, split: str, seed: int) -> dict:
-    """Each configuration once through product_runs on ``split``; paired randomization test vs RRF."""
+    """Each configuration once through product_runs on ``split``; paired randomization test vs RRF,
+    and a non-inferiority test vs RRF at the stated margin (``adiyan.eval.noninferiority``: a
+    non-significant difference is not "not worse")."""
     from adiyan.eval.beir import load_beir
     from adiyan.eval.ir_metrics import compare_runs
+    from adiyan.eval.noninferiority import MARGIN, runs_non_inferiority
 
     ds = load_beir(beir_dir, split)
     runs, lat, idx = {}, {}, {}
@@ -391,8 +394,9 @@ def evaluate_split(settings, beir_dir: Path, cfgs: dict, split: str, seed: int) 
         idx[name] = {"build_s": mode_res["index"].get("build_s"), "wall_s": round(time.perf_counter() - t0, 1)}
     cmp = compare_runs(ds.qrels, runs, METRICS, baseline="rrf_k60", stat_test="fisher", n_permutations=10_000,
                        seed=seed)
+    noninf = runs_non_inferiority(ds.qrels, runs, "rrf_k60", "ndcg@10", MARGIN, seed=seed)
     return {"n_queries": len(ds.queries), "scores": cmp["scores"], "vs_rrf": cmp["vs_baseline"], "latency_ms": lat,
-            "index": idx}
+            "index": idx, "non_inferiority_vs_rrf": {n: {"ndcg@10": r} for n, r in noninf.items()}}
 
 
 def encoding_cost(settings, data_dir: Path, n: int = 48) -> dict:
@@ -541,6 +545,8 @@ def table(report: dict) -> str:
         lines.append(f"{ds}: " + ", ".join(
             f"{n} {g['scores'][n]['ndcg@10']:.4f}" + (f" (p {g['vs_rrf'][n]['ndcg@10']['p_value']:.4f})"
                                                       if n in g.get("vs_rrf", {}) else "") for n in g["scores"]))
+        for n, r in g.get("non_inferiority_vs_rrf", {}).items():  # reports before issue 23 have none
+            lines.append(f"  {n} vs rrf_k60, nDCG@10: {r['ndcg@10']['sentence']}")
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import ingest  # noqa: E402
 import latency  # noqa: E402
 import run_all  # noqa: E402
 import sweep_cost  # noqa: E402
@@ -101,3 +102,21 @@ def test_scifact_signals_grid_covers_the_simplex_once():
     assert len(points) == 15 == len(set(points))  # C(4 + 2, 2) weightings of three signals in quarters
     assert all(abs(sum(p) - 1) < 1e-9 and min(p) >= 0 for p in points)
     assert (0.5, 0.25, 0.25) in points and (1.0, 0.0, 0.0) in points
+
+
+def test_ingest_has_a_parser_bound_ratio_beside_the_markdown_one():
+    """Markdown parsing is a no-op: the benchmark also ingests DOCX / PDF (Docling) and PPTX files."""
+    from adiyan.ingest.parse import METHODS
+
+    docs = ingest.office_documents(6, 400)
+    by_format = {}
+    for name, data in docs:
+        by_format.setdefault(name.rsplit(".", 1)[-1], []).append(name)
+        assert len(data) <= 400 * 1024
+    assert sorted(by_format) == ["docx", "pdf", "pptx"] and all(len(v) == 6 for v in by_format.values())
+    assert all(v == sorted(v) for v in by_format.values())  # a fixed selection: first by name
+    assert METHODS["docx"] == METHODS["pdf"] == "docling" and METHODS["pptx"] == "python-pptx"
+    r = {"ratio_ingest_to_embed": 1.1, "meets_target": True, "cache_speedup_reingest": 3.0,
+         "documents": {"ratio_ingest_to_embed": 4.2, "ratio_parse_to_embed": 3.1}}
+    head = run_all._headline("ingest", r)
+    assert head["documents_ratio_ingest_to_embed"] == 4.2 and head["documents_ratio_parse_to_embed"] == 3.1

@@ -9,6 +9,7 @@ safeguard; everything else is the real pipeline on the real model.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import adiyan.kb
@@ -18,16 +19,16 @@ from adiyan.eval import incidents as I
 from adiyan.eval.incidents import IncidentResult, format_table, incident_metrics, replay_all, summary
 from adiyan.eval.incidents import permissions as incident5
 from adiyan.eval.incidents import slides as incident4
+from adiyan.eval.regression import check, load_cases
 from adiyan.ingest.report import ExtractionReport
-
-# minilm's calibrated floor when the variants were measured (models/floors.yaml of 2026-12-02), set
-# explicitly: a recalibration must not move these tests, and a configured floor is always applied
-MINILM_FLOOR = {"retrieval.score_floors.minilm": 0.2865}
+from adiyan.retrieval.floor import load_floors
 
 
 @pytest.fixture
 def settings(make_settings):
-    return make_settings(**MINILM_FLOOR)
+    """As the default configuration runs minilm: no floor applies (conftest turns calibrated floors
+    off; the default run does not apply minilm's either, its J 0.186 < 0.2). No floor is injected."""
+    return make_settings()
 
 
 # -- 5. permission gap (the real router) ---------------------------------------------------------
@@ -94,7 +95,8 @@ def test_unscoped_search_before_fails_if_the_setting_is_ignored(settings, minilm
 
 def test_image_only_slides_hold(settings):
     r = I.image_only_slide(settings, None)
-    assert r.holds is True and r.variants_text == "5/5 variants"
+    # slide 5's picture holds no text: OCR cannot change it, so it is checked but not a test
+    assert r.holds is True and r.variants_text == "4/4 variants, 1 not a test"
     slides = {(s["deck"].rsplit("/", 1)[-1], s["slide"]): s for s in r.details["slides"]}
     assert all(s["before"]["chars"] == 0 and s["before"]["warnings"] == ["empty_slide"] for s in slides.values())
     assert slides[("sales_deck.pptx", 4)]["after"]["tier"] == "ocr:rapidocr"
@@ -105,7 +107,7 @@ def test_image_only_slides_hold(settings):
 def test_image_only_slides_fail_when_empty_slides_go_unnamed(settings, monkeypatch):
     monkeypatch.setattr(ExtractionReport, "warn", lambda self, code, unit, message: None)  # warnings, removed
     r = I.image_only_slide(settings, None)
-    assert r.holds is False and r.violated == 5 and r.details["silent_before"] == 5
+    assert r.holds is False and r.violated == 5 and r.details["silent_before"] == 5  # slide 5 too: it is silent
 
 
 def test_image_only_slides_before_shows_nothing_if_ocr_none_is_ignored(settings, monkeypatch):
@@ -116,43 +118,45 @@ def test_image_only_slides_before_shows_nothing_if_ocr_none_is_ignored(settings,
 
     monkeypatch.setattr(incident4, "parse_cached", ocr_always_on)
     r = I.image_only_slide(settings, None)
-    # only the slide whose picture holds no text is still lost before: 5/5 drops to 1/5
-    assert r.variants_text == "1/5 variants, 4 not reproduced" and r.details["lost_before"] == 1
+    # only the slide whose picture holds no text is still lost before; it cannot discriminate, so
+    # nothing is held and the principle is not shown (it held here before issue 23: "1/5 variants")
+    assert r.variants_text == "0/4 variants, 4 not reproduced, 1 not a test" and r.details["lost_before"] == 1
+    assert r.holds is False
+
+
+def test_a_variant_that_is_not_a_test_never_carries_the_verdict():
+    from adiyan.eval.incidents.common import HELD, NOT_A_TEST, NOT_REPRODUCED, VIOLATED, classify, counts, verdict
+
+    assert classify(True, True, discriminating=False) == NOT_A_TEST
+    assert classify(True, False, discriminating=False) == VIOLATED  # a broken defence is never hidden
+    assert verdict([NOT_A_TEST, NOT_REPRODUCED]) is False and verdict([NOT_A_TEST]) is False
+    assert verdict([HELD, NOT_A_TEST]) is True and verdict([HELD, NOT_A_TEST, VIOLATED]) is False
+    r = IncidentResult(4, "x", "", "", "m", False, "", **counts([NOT_A_TEST, NOT_REPRODUCED]))
+    assert r.variants_text == "0/1 variants, 1 not reproduced, 1 not a test" and r.variants_share == 0.0
 
 
 # -- 1. chunk dilution (the knowledge base, heading-blind vs structural) ---------------------------
 
 
-@pytest.mark.slow
-def test_chunk_dilution_holds_inside_minilms_window(settings, minilm):
+def test_chunk_dilution_is_checked_without_a_floor_in_the_default_configuration(settings, minilm):
+    """No floor applies to minilm by default: the principle is checked on rank and margin, and the
+    regression case is checked (before issue 23 it was n/a and the case unchecked)."""
     r = I.chunk_dilution(settings, minilm)
-    assert r.holds is True and r.variants_text == "6/6 variants, 1 n/a"
-    d = r.details
-    assert d["input_window"] == 256 and d["floor"] == 0.2865
-    rows = {v["id"]: v for v in d["variants"]}
-    assert rows["seed_notes"]["status"] == "n/a" and rows["seed_notes"]["before_tokens"] > 256  # the seed's file
-    for v in rows.values():
-        if v["status"] != "n/a":
-            assert max(v["before_tokens"], v["after_tokens"], v["question_tokens"]) <= 256
-            assert v["before_chunks"] == 1 and v["after_chunks"] == 5  # five sections, five chunks
-            assert v["before_score"] < 0.2865 <= v["after_score"]
-
-
-@pytest.mark.slow
-def test_chunk_dilution_without_a_floor_is_na_but_names_window_and_scores(make_settings, minilm):
-    """No floor applies (minilm's calibrated one has J < 0.2, so `invoke replay` runs without
-    one): n/a, never "holds", and the sentence still states the window and the measured cosines."""
-    r = I.chunk_dilution(make_settings(), minilm)
-    assert r.holds is None and r.variants_text == "n/a (7 variants)"
-    assert "minilm's 256-token window" in r.measured and "no score floor applies to minilm" in r.measured
+    assert r.details["floor"] == 0 and r.holds is True and r.variants_text == "6/6 variants, 1 n/a"
     rows = {v["id"]: v for v in r.details["variants"]}
-    assert rows["seed_notes"]["na_reason"].startswith("503 tokens, past minilm's 256")
-    inside = [v for v in rows.values() if v["na_reason"] == "no floor"]
-    assert len(inside) == 6 and all(v["after_score"] > v["before_score"] for v in inside)
-    assert "in 6/6 variants" in r.measured
+    assert rows["seed_notes"]["status"] == "n/a" and rows["seed_notes"]["na_reason"].startswith("503 tokens, past minilm")
+    for v in (v for v in rows.values() if v["status"] != "n/a"):
+        assert max(v["before_tokens"], v["after_tokens"], v["question_tokens"]) <= 256
+        assert v["before_chunks"] == 1 and v["after_chunks"] == 5  # five sections, five chunks
+        assert v["before_score"] < v["after_score"] and v["before_margin"] < v["after_margin"]
+        assert v["after_rank"] == 1 and v["after_margin"] > 0
+        # the margin is the fact's cosine minus the best cosine of a chunk without the fact
+        assert v["after_margin"] == pytest.approx(v["after_score"] - v["after_best_unrelated"], abs=2e-4)
+    results = {c.id: c for c in check({"incidents": incident_metrics([r])}, "minilm", "adiyan_full")}
+    assert results["chunk-dilution-structural"].status == "pass" and results["chunk-dilution-rank"].status == "pass"
+    assert results["chunk-dilution-floor"].status == "not_checked"  # the seed's form: only where a floor applies
 
 
-@pytest.mark.slow
 def test_chunk_dilution_fails_without_structural_chunking(settings, minilm, monkeypatch):
     chunk_text = adiyan.kb.chunk_text
 
@@ -163,7 +167,23 @@ def test_chunk_dilution_fails_without_structural_chunking(settings, minilm, monk
 
     monkeypatch.setattr(adiyan.kb, "chunk_text", heading_blind)
     r = I.chunk_dilution(settings, minilm)
-    assert r.holds is False and r.violated == 6
+    assert r.holds is False and r.violated == 6 and r.metrics["margin_gain_min"] == 0
+    failed = {c.id: c.status for c in check({"incidents": incident_metrics([r])}, "minilm", "adiyan_full")}
+    assert failed["chunk-dilution-structural"] == "fail"  # invoke eval (and CI) exit non-zero
+
+
+@pytest.mark.slow
+def test_chunk_dilution_under_minilms_xquad_floor(make_settings, minilm):
+    """minilm's XQuAD-calibrated floor (not applied by default, J < 0.2), forced on: the rank/margin
+    principle still holds, but in the seed's form one structural chunk falls under it too
+    (allergy, cosine 0.332 when measured): 5/6, which is what a floor with J 0.186 does."""
+    floor = load_floors()["minilm"]["floor"]
+    r = I.chunk_dilution(make_settings(**{"retrieval.score_floors.minilm": floor}), minilm)
+    assert r.details["floor"] == floor and r.holds is True
+    rows = {v["id"]: v for v in r.details["variants"] if v["status"] != "n/a"}
+    assert all(not v["before_kept"] for v in rows.values())  # every heading-blind file under it
+    assert [k for k, v in rows.items() if not v["after_kept"]] == ["allergy"]
+    assert rows["allergy"]["after_score"] < floor and r.metrics["floor_variants_held"] == pytest.approx(5 / 6)
 
 
 # -- 3. stale fact (the real memory, with and without recency) -------------------------------------
@@ -176,6 +196,15 @@ def test_stale_fact_holds(settings, minilm):
     rows = {v["id"]: v for v in r.details["variants"]}
     assert rows["colour"]["stale_similarity"] > rows["colour"]["correction_similarity"]
     assert r.details["negation_closer"] == 7
+    # the run's own pair, computed with its embedder (issue 23: 0.91 / 0.36 were written into every run)
+    pair = r.details["measured_pair"]
+    assert pair["embedder"] == "minilm" and pair["terms"] == rows["colour"]["negation"]
+    t, neg, other = minilm.embed(list(pair["terms"]), None)
+    assert pair["cos_negation"] == pytest.approx(float(t @ neg / (np.linalg.norm(t) * np.linalg.norm(neg))), abs=1e-4)
+    assert pair["cos_unrelated"] == pytest.approx(float(t @ other / (np.linalg.norm(t) * np.linalg.norm(other))),
+                                                  abs=1e-4)
+    assert not [k for k in r.details if k.startswith("project_")]  # no other model's figure written as this run's
+    assert r.details["seed_constants"]["cos_teal_not_teal"] == 0.86 and "constant" in r.details["seed_constants"]["source"]
 
 
 @pytest.mark.slow
@@ -233,11 +262,13 @@ def test_replay_on_nomic_beside_the_seeds_figures(make_settings):
     assert d1["floor"] == 0.55 and d1["input_window"] == 2048
     rows = {v["id"]: v for v in d1["variants"]}
     # the seed's own ~500-token file falls under 0.55 (seed: 0.496) and structural chunks lift it
-    assert rows["seed_notes"]["status"] == "held" and rows["seed_notes"]["before_score"] < 0.55
+    assert rows["seed_notes"]["floor_status"] == "held" and rows["seed_notes"]["before_score"] < 0.55
     # structural chunking keeps every fact above the floor; the ~220-token files dilute less than
     # the seed's: only some fall under 0.55 before (3/7 when measured), the rest are not reproduced
-    assert results[1].violated == 0 and results[1].variants_held >= 1 and results[1].holds
-    assert all(v["after_score"] > v["before_score"] for v in rows.values())
+    assert all(v["after_kept"] for v in rows.values()) and 1 / 7 <= results[1].metrics["floor_variants_held"] < 1
+    # without the floor: every margin widens and every fact ranks first after (some did not before)
+    assert results[1].holds and results[1].variants_text == "7/7 variants"
+    assert all(v["after_rank"] == 1 for v in rows.values()) and any(v["before_rank"] > 1 for v in rows.values())
     teal = next(v for v in results[3].details["variants"] if v["id"] == "colour")
     assert teal["cos_negation"] == pytest.approx(0.91, abs=0.05)  # this project's measurement, not the seed's 0.86
     assert teal["cos_unrelated"] == pytest.approx(0.36, abs=0.05)  # "bicycle"; the seed's unrelated word: 0.39

@@ -72,6 +72,8 @@ def incident_metrics(results: list[IncidentResult]) -> dict[str, float]:
             group[f"{metric_stem(r)}_holds"] = float(r.holds)
         if r.variants_share is not None:
             group[f"{metric_stem(r)}_variants_held"] = r.variants_share
+        for key, value in r.metrics.items():  # e.g. 1_chunk_dilution_margin_gain_min
+            group[f"{metric_stem(r)}_{key}"] = value
     return group
 
 

@@ -6,13 +6,18 @@ variants (``evalsets/incidents/``) and classes each variant:
 - **held**: the before shows the seed's failure and the after prevents it;
 - **not reproduced**: the before did not fail either (nothing for the after to prevent);
 - **violated**: the after let the failure through (the defence broke);
+- **not a test**: a variant the before and the after cannot tell apart by construction (incident
+  4's picture with no text: both configurations can only name it), so it cannot show the
+  principle; the after must still not let the failure through there (else it is violated), but
+  it is never counted as held;
 - **n/a**: it cannot be measured in this configuration (a text past the embedder's input
-  window, no floor to fall under), with the reason; never counted as held.
+  window, scores that are no cosines), with the reason; never counted as held.
 
 The verdict (:func:`verdict`): the principle **holds** when no variant is violated and at least
-one reproduces the failure (a before that never fails shows nothing); it **fails** otherwise;
-it is **n/a** when no variant can be measured. The counts are always printed beside it
-("3/7 variants, 4 not reproduced"), so one case cannot carry the result unseen.
+one discriminating variant is held (a before that never fails shows nothing, and neither does a
+variant that is not a test); it **fails** otherwise; it is **n/a** when no variant can be
+measured. The counts are always printed beside it ("3/7 variants, 4 not reproduced",
+"4/4 variants, 1 not a test"), so one case cannot carry the result unseen.
 """
 
 from __future__ import annotations
@@ -40,9 +45,11 @@ class IncidentResult:
     variants_na: int = 0  # variants that could not (each with its reason in details)
     not_reproduced: int = 0  # the before did not fail either
     violated: int = 0  # the after let the failure through
+    not_a_test: int = 0  # cannot discriminate before from after by construction; never held
     before: str = ""  # the production code and setting the before runs
     after: str = ""
     details: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)  # the incident's own figures, recorded as {n}_{name}_{key}
     seconds: float = 0.0
 
     @property
@@ -51,12 +58,15 @@ class IncidentResult:
 
     @property
     def variants_text(self) -> str:
-        """``"6/6 variants"``, ``"3/7 variants, 4 not reproduced"``, ``"6/6 variants, 1 n/a"``, ``"n/a"``."""
+        """``"6/6 variants"``, ``"3/7 variants, 4 not reproduced"``, ``"6/6 variants, 1 n/a"``,
+        ``"4/4 variants, 1 not a test"``, ``"n/a"``."""
         if not self.variants:
-            return "n/a" + (f" ({self.variants_na} variants)" if self.variants_na else "")
+            rest = [f"{n} {what}" for n, what in ((self.not_a_test, "not a test"), (self.variants_na, "n/a")) if n]
+            return ("n/a" + (f" ({self.variants_na} variants)" if self.variants_na else "")) if not self.not_a_test \
+                else "0/0 variants, " + ", ".join(rest)
         parts = [f"{self.variants_held}/{self.variants} variants"]
         parts += [f"{n} {what}" for n, what in ((self.not_reproduced, "not reproduced"), (self.violated, "violated"),
-                                                (self.variants_na, "n/a")) if n]
+                                                (self.not_a_test, "not a test"), (self.variants_na, "n/a")) if n]
         return ", ".join(parts)
 
     @property
@@ -101,17 +111,22 @@ def count_tokens(embedder, text: str) -> int | None:
 
 
 HELD, NOT_REPRODUCED, VIOLATED, NA = "held", "not reproduced", "violated", "n/a"
+NOT_A_TEST = "not a test"
 
 
-def classify(before_failed: bool, after_prevented: bool) -> str:
-    """A measurable variant's status: the after's failure first (a broken defence is never hidden)."""
+def classify(before_failed: bool, after_prevented: bool, *, discriminating: bool = True) -> str:
+    """A measurable variant's status: the after's failure first (a broken defence is never hidden);
+    a variant that cannot discriminate before from after is "not a test", never held."""
     if not after_prevented:
         return VIOLATED
+    if not discriminating:
+        return NOT_A_TEST
     return HELD if before_failed else NOT_REPRODUCED
 
 
 def verdict(statuses: list[str]) -> bool | None:
-    """The incident's verdict from its variants' statuses (see the module docstring)."""
+    """The incident's verdict from its variants' statuses (see the module docstring): holds only if
+    at least one discriminating variant held and none was violated."""
     measured = [s for s in statuses if s != NA]
     if not measured:
         return None
@@ -119,7 +134,8 @@ def verdict(statuses: list[str]) -> bool | None:
 
 
 def counts(statuses: list[str]) -> dict[str, int]:
-    """The IncidentResult fields for these statuses."""
-    return {"variants_held": statuses.count(HELD), "variants": sum(s != NA for s in statuses),
+    """The IncidentResult fields for these statuses (``variants``: the discriminating measured ones
+    and any violated one; "not a test" and n/a are counted beside them)."""
+    return {"variants_held": statuses.count(HELD), "variants": sum(s in (HELD, NOT_REPRODUCED, VIOLATED) for s in statuses),
             "variants_na": statuses.count(NA), "not_reproduced": statuses.count(NOT_REPRODUCED),
-            "violated": statuses.count(VIOLATED)}
+            "violated": statuses.count(VIOLATED), "not_a_test": statuses.count(NOT_A_TEST)}

@@ -6,6 +6,11 @@ tier. Every image-only slide of ``evalsets/incidents/image_only_slides.yaml`` is
 before loses its text (what the seed lost) and, unlike the seed, names it (``empty_slide``); the
 after recovers the words the picture shows, or names the slide when the picture has none.
 
+A slide whose picture has no text (``words: []``) cannot discriminate: with or without OCR it
+gives nothing and can only be named, so the before loses it whatever the before's setting does.
+It is "not a test of the principle": checked (an after that leaves it silent violates the
+principle) but never held, so the verdict rests on the slides whose words OCR can recover.
+
 What the before measures, honestly: the seed's parser had no second tier *and* no warnings, so
 its image-only slides came out empty and silent. The production parser always names an empty
 slide, so with OCR off the before reproduces the loss (the seed's count of empty slides) but
@@ -57,7 +62,9 @@ def image_only_slide(settings, embedder) -> IncidentResult:
                          "words_found_after": found, "after_ok": after_ok,
                          # the parser's defence is two-sided: a name for every empty slide (a slide the before
                          # did not lose needs none), text where OCR finds it
-                         "status": classify(before_failed=lost, after_prevented=(named or not lost) and after_ok)})
+                         "discriminating": bool(words),  # a picture without text: OCR cannot change it
+                         "status": classify(before_failed=lost, after_prevented=(named or not lost) and after_ok,
+                                            discriminating=bool(words))})
     n = len(rows)
     if ocr == "none":
         return IncidentResult(4, "image-only slide", SEED, "n/a: ingest.ocr=none in this configuration, so the after "

@@ -2,8 +2,11 @@
 
 The seed stored "my favourite colour is teal" and later its correction; asked for the colour, its
 memory returned the stale statement first (0.781 against 0.725), because a negation barely moves
-an embedding: the seed measured cos("teal", "not teal") 0.86 against 0.39 for an unrelated word
-(this project measured 0.91 against 0.36 for "bicycle" with nomic-embed-text in-process).
+an embedding: the seed measured cos("teal", "not teal") 0.86 against 0.39 for an unrelated word.
+Those two are the seed's recorded constants (``details["seed_constants"]``); every run computes
+the same pair with its own embedder (``details["measured_pair"]``, with the embedder id), e.g.
+0.91 against 0.36 for "bicycle" with nomic-embed-text in-process when this was written (that
+figure is checked by the nomic replay test, never written into a run).
 
 Every authored variant (``evalsets/incidents/stale_fact.yaml``) goes through the real memory
 (``open_memory``, no LLM consolidation): the statement dated 30 days before the question, its
@@ -25,8 +28,8 @@ from .common import IncidentResult, classify, counts, load_spec, settings_for, v
 NOW = datetime(2026, 6, 1, 12, tzinfo=timezone.utc)  # fixed, so the same data gives the same ranks
 STALE_AGE_DAYS, CORRECTION_AGE_DAYS = 30, 1
 SEED = ("stale 0.781 vs correction 0.725; cos(teal, not teal) 0.86 vs 0.39 for an unrelated word "
-        "(the seed, nomic-embed-text via Ollama); this project's nomic-embed-text measurement: 0.91 vs "
-        "0.36 (bicycle)")
+        "(the seed, nomic-embed-text via Ollama)")
+SEED_COS_NEGATION, SEED_COS_UNRELATED = 0.86, 0.39  # the seed's recorded constants, not measured here
 PRINCIPLE = "similarity alone ranks the stale statement above its correction; recency re-ranking puts the correction first"
 
 
@@ -85,5 +88,10 @@ def stale_fact(settings, embedder) -> IncidentResult:
                           details={"variants": rows, "negation_closer": closer, "now": NOW.isoformat(),
                                    "stale_age_days": STALE_AGE_DAYS, "correction_age_days": CORRECTION_AGE_DAYS,
                                    "half_life_days": settings.memory.half_life_days,
-                                   "seed_cos_teal_not_teal": 0.86, "seed_cos_unrelated": 0.39,
-                                   "project_nomic_cos_teal_not_teal": 0.91, "project_nomic_cos_bicycle": 0.36})
+                                   "seed_constants": {"cos_teal_not_teal": SEED_COS_NEGATION,
+                                                      "cos_unrelated": SEED_COS_UNRELATED,
+                                                      "source": "the seed's record (nomic-embed-text via Ollama), "
+                                                                "a constant, not measured in this run"},
+                                   "measured_pair": {"embedder": embedder.id, "terms": first["negation"],
+                                                     "cos_negation": first["cos_negation"],
+                                                     "cos_unrelated": first["cos_unrelated"]}})

@@ -1,0 +1,15 @@
+"""CI exercises the optional system tools: .ci/run installs LibreOffice and tesseract before the
+tests, and makes the tests that need them fail rather than skip when a tool is missing."""
+
+from pathlib import Path
+
+CI = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def test_ci_installs_libreoffice_and_tesseract_before_the_tests():
+    tests_at = CI.index("invoke test --all")
+    for needle in ("ADIYAN_INSTALL_LIBREOFFICE=1 bash scripts/install.sh", "install -y -q --no-install-recommends "
+                   "tesseract-ocr", "export CI_REQUIRE_SYSTEM_TOOLS=1"):
+        assert needle in CI and CI.index(needle) < tests_at, needle
+    # every stage reports its time: tesseract, install, tests, eval
+    assert CI.count('; stage "') + CI.count('\nstage "') >= 4
