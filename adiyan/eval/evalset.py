@@ -82,7 +82,7 @@ class Evalset:
     documents: list[EvalDocument]
     questions: list[EvalQuestion]
     description: str = ""
-    beir: dict | None = None  # a materialised BEIR folder: {"source", "name", "split", "docs", "queries"}
+    beir: dict | None = None  # a materialised BEIR folder: {"name", "split", "docs", "queries"}
 
     @property
     def relevance(self) -> dict:
@@ -90,7 +90,7 @@ class Evalset:
         "from": ...}`` (graded when some gold source has a grade other than 1)."""
         grades = sorted({g for q in self.questions for g in q.relevance().values()})
         kind = "graded" if any(g != 1 for g in grades) else "binary"
-        src = (f"qrels/{self.beir['split']}.tsv of {self.beir['source']}" if self.beir
+        src = (f"qrels/{self.beir['split']}.tsv of BEIR {self.beir['name']}" if self.beir
                else "gold_sources" + (" + gold_grades" if kind == "graded" else ""))
         return {"kind": kind, "grades": grades, "from": src}
 
@@ -164,7 +164,7 @@ def materialize_beir(beir_dir: str | Path, out_root: str | Path | None = None, *
     itself is the document's ``beir_id`` in the manifest) with ``# title`` and the text, global, owned by
     ``adiyan-office``; every query with qrels becomes a ``lookup`` question whose gold sources are
     its relevant passages (grade > 0), their grades in ``gold_grades`` when any is not 1; the
-    manifest's ``beir`` block names the source folder and split (the ``beir`` protocol reads it); the gold answer comes from a ``qa.jsonl`` beside the BEIR folder when
+    manifest's ``beir`` block names the data set, its split and counts; the gold answer comes from a ``qa.jsonl`` beside the BEIR folder when
     there is one (ClapNQ and XQuAD in ../shared/datasets have it). Written once per content hash
     of the source files under ``out_root`` (default :func:`beir_cache_root`), never into the
     repository, so the chunking and retrieval code runs on a QA set exactly as on an authored set.
@@ -206,8 +206,8 @@ def materialize_beir(beir_dir: str | Path, out_root: str | Path | None = None, *
             f.write(json.dumps(row) + "\n")
     manifest = {"name": name, "description": f"{src} ({split}) as an evalset: {len(data.corpus)} passages, "
                 f"{len(data.queries)} questions", "questions": "questions.jsonl",
-                "beir": {"source": str(src.resolve()), "name": src.parent.name if src.name == "beir" else src.name,
-                         "split": split, "docs": len(data.corpus), "queries": len(data.queries)},
+                "beir": {"name": src.parent.name if src.name == "beir" else src.name, "split": split,
+                         "docs": len(data.corpus), "queries": len(data.queries)},
                 "documents": [{"file": f"docs/{fname[d]}", "owner": "adiyan-office", "visibility": "global",
                                "beir_id": d} for d in data.corpus]}
     (tmp / "manifest.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False), encoding="utf-8")

@@ -42,6 +42,7 @@ from ..kb import IngestError, IngestItem
 from ..retrieval.pipeline import UnsupportedSetting, refuse_inert
 from ..types import RetrievedChunk
 from . import metrics as M
+from .beir_protocol import refuse_beir_protocol
 from .evalset import Evalset, load_evalset
 from .ir_metrics import evaluate_run, per_query
 
@@ -293,6 +294,7 @@ def refuse_conversation_settings(settings, entry_point: str) -> None:
     So is a retrieval setting with nothing to act on under the chosen mode (``refuse_inert``, which
     the Retriever applies too): here it is refused before an index is built or a run directory written."""
     refuse_inert(settings.retrieval, entry_point)
+    refuse_beir_protocol(settings, entry_point)  # eval.beir_protocol=beir: invoke eval on a BEIR folder only
     default = ConversationConfig()
     for key, value in settings.conversation.model_dump().items():
         if value != getattr(default, key):
