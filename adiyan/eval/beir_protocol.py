@@ -155,7 +155,7 @@ def beir_report(settings, es, qrels: dict, run: dict, *, embedder, progress: boo
     method = method_name(rc.mode, embedder.id)
     pub = published_figures(es.beir["name"], folder, counts)
     depth = max(rc.rank_depth, rc.kb_top_k)
-    product = evaluate_run(qrels, run, METRICS)
+    product = evaluate_run(qrels, run, METRICS) if qrels else {m: None for m in METRICS}  # no grade > 0 at all
     if depth < 100:  # the ranking kept is shorter than 100: Recall@100 would be Recall@depth
         product["recall@100"] = None
     group: dict = {f"product.{m}": None if v is None else round(v, 6) for m, v in product.items()}
