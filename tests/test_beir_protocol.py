@@ -19,6 +19,7 @@ from adiyan.eval.beir import BeirFormatError, load_beir, read_qrels
 from adiyan.eval.evalset import EvalsetError, load_evalset, materialize_beir
 from adiyan.eval.harness import QuestionRows, retrieval_metrics
 from adiyan.eval.ir_metrics import evaluate_run
+from adiyan.eval.metrics import check_metrics
 from adiyan.retrieval.pipeline import UnsupportedSetting
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,6 +170,7 @@ def test_invoke_eval_reports_both_protocols_beside_the_published_figures(tmp_pat
     assert d["published"]["from"] == [str(folder / "published.yaml")]
     assert d["protocols"]["beir"]["unit"] == "whole document" and d["relevance"]["kind"] == "graded"
     assert m["dataset"]["relevance"]["kind"] == "graded"
+    assert check_metrics(m["metrics"]) == []  # every metric written is registered
     # the product protocol: the same product figures, no BEIR-protocol ones
     m2 = json.loads((run_eval(_settings(make_settings, folder, **{"retrieval.mode": "bm25"}), progress=False)
                      / "metrics.json").read_text())

@@ -32,6 +32,7 @@ import yaml
 
 from ..config import RetrievalConfig
 from ..retrieval.pipeline import UnsupportedSetting
+from . import metrics as M
 from .beir import load_beir
 from .beir_runs import reference_runs
 from .ir_metrics import evaluate_run
@@ -43,6 +44,14 @@ REGISTRY = Path(__file__).with_name("beir_published.yaml")
 # retrieval settings the whole-document protocol has nothing to apply with (BM25, exact dense, RRF only)
 NOT_IN_BEIR_PROTOCOL = {"fusion": "it fuses by RRF (retrieval.rrf_k) only", "prf_docs": "it has no feedback step",
                         "rerank": "it has no re-ranker", "query_transform": "it embeds each query as written"}
+
+
+M.register(*[m for metric in METRICS for m in (
+    M.Metric(f"product.{metric}", "beir", M.HIGHER, 0.0, 1.0, description=f"graded {metric} of the product's chunked path, by document"),
+    M.Metric(f"beir.{metric}", "beir", M.HIGHER, 0.0, 1.0, description=f"graded {metric} of BEIR's whole-document protocol"),
+    M.Metric(f"published.{metric}", "beir", M.NEUTRAL, 0.0, 1.0, description=f"the first published {metric} for the method"),
+    M.Metric(f"product.delta_{metric}", "beir", M.HIGHER, -1.0, 1.0, description="product minus published"),
+    M.Metric(f"beir.delta_{metric}", "beir", M.HIGHER, -1.0, 1.0, description="BEIR protocol minus published"))])
 
 
 def beir_folder(path) -> Path | None:
