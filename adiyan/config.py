@@ -216,6 +216,11 @@ class EvalConfig(_Section):
     judge_calibration_pairs: int = Field(40, ge=2)
     judge_metrics: list[str] = Field(default_factory=list)  # empty = every LLM-judged metric
     judge_reliable_agreement: float = Field(0.8, ge=0, le=1)  # the 95% CI's lower bound must clear it
+    # On a BEIR folder (adiyan/eval/beir_protocol.py, docs/beir.md): product = the workbench's chunked
+    # path only; beir = also BEIR's whole-document protocol (title + text, the model's own truncation,
+    # nDCG@10 / Recall@100, ranked by document), side by side with the product and published figures.
+    # beir on a set that is not a BEIR folder, or from another entry point, is refused by name.
+    beir_protocol: Literal["product", "beir"] = "product"
 
 
 class Settings(_Section):

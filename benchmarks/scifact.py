@@ -192,10 +192,10 @@ def run_scifact(data: str | os.PathLike | None = None, out: str | os.PathLike | 
     """
     from adiyan.config import load_settings
     from adiyan.eval.beir import load_beir, resolve_beir
-    from adiyan.eval.beir_runs import dense_run, index_corpus
+    from adiyan.eval.beir_runs import reference_runs
     from adiyan.eval.ir_metrics import backend, compare_runs, evaluate_run
     from adiyan.models import embedder_from_settings
-    from adiyan.retrieval import BiEncoderReranker, BM25Retriever, rrf
+    from adiyan.retrieval import BiEncoderReranker, rrf
     from adiyan.retrieval import rerank as rerank_run
     from adiyan.retrieval.hnsw_recall import measure_hnsw_recall
 
@@ -208,28 +208,18 @@ def run_scifact(data: str | os.PathLike | None = None, out: str | os.PathLike | 
     timings: dict[str, float] = {}
     runs: dict[str, dict] = {}
 
-    # BM25 ---------------------------------------------------------------------------------------
-    t0 = time.perf_counter()
-    bm25 = index_corpus(BM25Retriever(), ds.corpus)
-    timings["bm25_index_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    runs["bm25"] = bm25.retrieve(ds.queries, k=DEPTH)
-    timings["bm25_retrieve_s"] = time.perf_counter() - t0
-
-    # Dense all-MiniLM-L6-v2 through the embedding cache -----------------------------------------
+    # BM25, dense all-MiniLM-L6-v2 (through the embedding cache) and their RRF: BEIR's whole-document
+    # protocol, the same function `invoke eval --set eval.beir_protocol=beir` runs (beir_runs.reference_runs)
     t0 = time.perf_counter()
     emb = embedder_from_settings(settings)
-    max_seq = getattr(getattr(emb.inner, "_model", None), "max_seq_length", None)
     timings["minilm_load_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    runs["dense_minilm"], index, qvecs = dense_run(emb, ds.corpus, ds.queries, k=DEPTH, progress=progress)
-    timings["minilm_embed_and_search_s"] = time.perf_counter() - t0
+    ref = reference_runs(ds, ("bm25", "dense", "hybrid"), embedder=emb, depth=DEPTH, rrf_k=RRF_K, progress=progress)
+    runs["bm25"], runs["dense_minilm"], runs["hybrid_rrf"] = ref.runs["bm25"], ref.runs["dense"], ref.runs["hybrid"]
+    index, qvecs, max_seq = ref.dense_index, ref.query_vectors, ref.max_seq_length
+    timings.update({"bm25_index_s": ref.timings["bm25_index_s"], "bm25_retrieve_s": ref.timings["bm25_retrieve_s"],
+                    "minilm_embed_and_search_s": ref.timings["dense_embed_and_search_s"],
+                    "rrf_s": ref.timings["rrf_s"]})
     minilm_cache = emb.stats.as_dict()
-
-    # Hybrid: reciprocal rank fusion ---------------------------------------------------------------
-    t0 = time.perf_counter()
-    runs["hybrid_rrf"] = rrf([runs["bm25"], runs["dense_minilm"]], k=RRF_K)
-    timings["rrf_s"] = time.perf_counter() - t0
 
     # Hybrid + re-rank of the top-N -------------------------------------------------------------------
     rerank_stats: dict = {}
@@ -332,7 +322,7 @@ def run_scifact(data: str | os.PathLike | None = None, out: str | os.PathLike | 
             "seed": seed,
             "settings_hash": settings.config_hash(),
             "first_stage_depth": DEPTH,
-            "bm25": bm25.config(),
+            "bm25": ref.bm25_config,
             "document_text": 'title + " " + text, stripped',
             "dense": {"embedder": emb.id, "max_seq_length": max_seq, "normalized": True,
                       "search": "exact (NumPy brute force, cosine)", "cache": minilm_cache,

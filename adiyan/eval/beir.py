@@ -7,12 +7,16 @@ The BEIR layout (Thakur et al., 2021, https://github.com/beir-cellar/beir) is::
     <name>/qrels/<split>.tsv "query-id<TAB>corpus-id<TAB>score" with a header line
 
 Only queries judged in the chosen split are kept, as BEIR's own loader does: a query without
-qrels cannot be scored and would only dilute the mean.
+qrels cannot be scored and would only dilute the mean. Relevance grades are kept as they are
+(NFCorpus, TREC-COVID and others grade 0/1/2): nDCG uses them as gains.
+
+Format variants of real downloads are read: CRLF line endings (the official zips use them), a
+UTF-8 byte-order mark, ids in double quotes, scores written as ``1.0``, a qrels file without its
+header line, and TREC-style qrels (``query-id iteration corpus-id score``, whitespace-separated).
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import os
@@ -69,7 +73,7 @@ def _need(path: Path, what: str) -> Path:
 
 def _read_jsonl(path: Path) -> list[dict]:
     rows = []
-    with path.open(encoding="utf-8") as fh:
+    with path.open(encoding="utf-8-sig") as fh:  # utf-8-sig: a byte-order mark is dropped, not parsed
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
@@ -83,21 +87,58 @@ def _read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
+def _unquote(cell: str) -> str:
+    cell = cell.strip()
+    if len(cell) >= 2 and cell[0] == cell[-1] and cell[0] in "\"'":
+        cell = cell[1:-1].strip()
+    return cell
+
+
+def _grade(cell: str, path: Path, n: int) -> int:
+    """A relevance score as an int: ``2``, ``"1"``, ``1.0`` (a fractional grade is an error)."""
+    text = _unquote(cell)
+    try:
+        value = float(text)
+    except ValueError:
+        raise BeirFormatError(f"{path}:{n}: relevance score {cell!r} is not a number") from None
+    if value != int(value):
+        raise BeirFormatError(f"{path}:{n}: relevance score {cell!r} is not a whole number (grades are integers)")
+    return int(value)
+
+
 def read_qrels(path: str | os.PathLike) -> Qrels:
-    """A BEIR qrels TSV (with header) as {query id: {doc id: relevance}}."""
+    """A BEIR qrels TSV as {query id: {doc id: relevance grade}}.
+
+    ``query-id<TAB>corpus-id<TAB>score`` with BEIR's header line (optional), or TREC's
+    ``query-id iteration corpus-id score`` (four whitespace-separated columns). CRLF or LF, with or
+    without a byte-order mark, ids bare or in quotes; a repeated (query, doc) pair keeps its last grade.
+    """
     path = _need(Path(path), "qrels")
     qrels: Qrels = {}
-    with path.open(encoding="utf-8", newline="") as fh:
-        reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = next(reader, None)
-        if header is None or [h.strip() for h in header[:2]] != ["query-id", "corpus-id"]:
-            raise BeirFormatError(f"{path}: expected the header 'query-id\\tcorpus-id\\tscore', got {header!r}")
-        for n, row in enumerate(reader, 2):
-            if not row:
-                continue
-            if len(row) < 3:
-                raise BeirFormatError(f"{path}:{n}: expected 3 tab-separated columns, got {row!r}")
-            qrels.setdefault(row[0], {})[row[1]] = int(row[2])
+    text = path.read_bytes().decode("utf-8-sig")
+    for n, raw in enumerate(text.splitlines(), 1):  # splitlines: \n, \r\n and \r alike
+        line = raw.strip()
+        if not line:
+            continue
+        cells = line.split("\t") if "\t" in line else line.split()
+        cells = [_unquote(c) for c in cells]
+        if n == 1 or not qrels:
+            if [c.lower() for c in cells[:2]] == ["query-id", "corpus-id"] or \
+                    [c.lower() for c in cells[:2]] in (["query_id", "corpus_id"], ["qid", "docid"]):
+                continue  # the header
+        if len(cells) == 3:
+            qid, did, score = cells
+        elif len(cells) == 4 and "\t" not in line:
+            qid, _, did, score = cells  # TREC: query-id, iteration (ignored), corpus-id, score
+        else:
+            raise BeirFormatError(f"{path}:{n}: expected 'query-id<TAB>corpus-id<TAB>score' (or TREC's four "
+                                  f"columns), got {raw!r}")
+        if not qid or not did:
+            raise BeirFormatError(f"{path}:{n}: empty query or corpus id in {raw!r}")
+        qrels.setdefault(qid, {})[did] = _grade(score, path, n)
+    if not qrels:
+        raise BeirFormatError(f"{path}: no judgements (expected the header 'query-id\\tcorpus-id\\tscore' "
+                              "and one line per judgement)")
     return qrels
 
 
@@ -110,9 +151,9 @@ def load_beir(path: str | os.PathLike, split: str = "test") -> BeirData:
     corpus_path = _need(root / "corpus.jsonl", "corpus")
     queries_path = _need(root / "queries.jsonl", "queries")
     qrels = read_qrels(root / "qrels" / f"{split}.tsv")
-    corpus = {str(r["_id"]): {"title": r.get("title") or "", "text": r.get("text") or ""}
+    corpus = {_unquote(str(r["_id"])): {"title": r.get("title") or "", "text": r.get("text") or ""}
               for r in _read_jsonl(corpus_path)}
-    all_queries = {str(r["_id"]): r.get("text") or "" for r in _read_jsonl(queries_path)}
+    all_queries = {_unquote(str(r["_id"])): r.get("text") or "" for r in _read_jsonl(queries_path)}
     missing = sorted(set(qrels) - set(all_queries))
     if missing:
         raise BeirFormatError(f"{root}: {len(missing)} query ids in qrels/{split}.tsv are not in "

@@ -116,7 +116,7 @@ def _per_question_scores(run: Run) -> dict[str, dict[str, float]]:
         if r.get("hit") is not None:
             scores["hit"][qid] = float(r["hit"])
             scores["reciprocal_rank"][qid] = float(r["reciprocal_rank"])
-            qrels[qid] = {s: 1 for s in r.get("gold_sources") or []}
+            qrels[qid] = {s: int((r.get("gold_grades") or {}).get(s, 1)) for s in r.get("gold_sources") or []}
             ranked = r.get("ranked_sources") or [c["source"] for c in r.get("retrieved") or []]
             src_run[qid] = {}
             for rank, s in enumerate(ranked, 1):

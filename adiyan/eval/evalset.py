@@ -4,6 +4,11 @@ Format (see evalsets/README.md): ``manifest.yaml`` lists ``documents`` (``file``
 ``visibility``) and names the ``questions`` JSONL file, whose rows hold ``id``, ``question``,
 ``gold_answer``, ``gold_sources`` (file names), ``answer_keywords`` and ``kind``. Gold sources
 are turned into source keys (``<owner>/<filename>``) using the manifest's owners.
+
+Graded relevance: a row may add ``gold_grades`` ({file name: grade}, integers >= 1, each a file of
+its ``gold_sources``; a gold source it does not name has grade 1). nDCG uses the grades as gains;
+hit rate, MRR and recall count every gold source (grade > 0). A BEIR folder's qrels keep their
+grades this way (:func:`materialize_beir`).
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ KINDS = {"lookup", "paraphrase", "exact_token", "multi_hop", "unanswerable", "pr
 
 # the columns of Evalset.to_dataset()
 QUESTION_COLUMNS = {"id": "string", "question": "string", "gold_answer": "string", "gold_sources": "list<string>",
-                    "answer_keywords": "list<string>", "kind": "string", "requester": "string", "extra": "string"}
+                    "answer_keywords": "list<string>", "kind": "string", "requester": "string", "extra": "string",
+                    "gold_grades": "string"}
 
 
 class EvalsetError(ValueError):
@@ -57,10 +63,16 @@ class EvalQuestion:
     kind: str
     requester: str | None = None
     extra: dict = field(default_factory=dict)
+    gold_grades: dict[str, int] = field(default_factory=dict)  # source key -> grade (> 1 only matters; default 1)
 
     @property
     def answerable(self) -> bool:
         return bool(self.gold_sources)
+
+    def relevance(self) -> dict[str, int]:
+        """{source key: grade} of every gold source (grade 1 unless ``gold_grades`` says otherwise):
+        the qrels nDCG is computed over."""
+        return {s: int(self.gold_grades.get(s, 1)) for s in self.gold_sources}
 
 
 @dataclass
@@ -70,6 +82,17 @@ class Evalset:
     documents: list[EvalDocument]
     questions: list[EvalQuestion]
     description: str = ""
+    beir: dict | None = None  # a materialised BEIR folder: {"name", "split", "docs", "queries"}
+
+    @property
+    def relevance(self) -> dict:
+        """Which relevance the set's questions carry: ``{"kind": "graded" | "binary", "grades": [...],
+        "from": ...}`` (graded when some gold source has a grade other than 1)."""
+        grades = sorted({g for q in self.questions for g in q.relevance().values()})
+        kind = "graded" if any(g != 1 for g in grades) else "binary"
+        src = (f"qrels/{self.beir['split']}.tsv of BEIR {self.beir['name']}" if self.beir
+               else "gold_sources" + (" + gold_grades" if kind == "graded" else ""))
+        return {"kind": kind, "grades": grades, "from": src}
 
     def content_hash(self) -> str:
         """sha256 over the manifest, the questions and every document's bytes."""
@@ -89,8 +112,9 @@ class Evalset:
         the set builds a new one. Columns: the question file's fields (``gold_sources`` as source keys),
         ``requester`` and ``extra`` (the other keys of a row, as a JSON string)."""
         return cached_dataset(f"evalset-{re.sub(r'[^A-Za-z0-9_.-]+', '_', self.name)}", self.content_hash(),
-                              lambda: [{**{k: getattr(q, k) for k in QUESTION_COLUMNS if k != "extra"},
-                                        "extra": json_column(q.extra)} for q in self.questions],
+                              lambda: [{**{k: getattr(q, k) for k in QUESTION_COLUMNS if k not in ("extra", "gold_grades")},
+                                        "extra": json_column(q.extra), "gold_grades": json_column(q.gold_grades)}
+                                       for q in self.questions],
                               columns=QUESTION_COLUMNS, cache_dir=cache_dir)
 
     def to_pandas(self):
@@ -100,7 +124,7 @@ class Evalset:
 
 
 # Bumped when the passage id -> file name mapping changes, so a cached materialisation is redone.
-BEIR_NAMING = b"beir-names-v2: percent-encoded, beir_id kept"
+BEIR_NAMING = b"beir-names-v3: percent-encoded, beir_id kept, grades kept, beir source recorded"
 _SAFE_ID = re.compile(r"[A-Za-z0-9_-]")
 MAX_ID_NAME = 200  # bytes of an encoded id before it is shortened (a file name may have 255)
 
@@ -139,7 +163,8 @@ def materialize_beir(beir_dir: str | Path, out_root: str | Path | None = None, *
     Every passage becomes ``docs/<name>.md`` (:func:`beir_file_name`: safe and injective; the id
     itself is the document's ``beir_id`` in the manifest) with ``# title`` and the text, global, owned by
     ``adiyan-office``; every query with qrels becomes a ``lookup`` question whose gold sources are
-    its relevant passages; the gold answer comes from a ``qa.jsonl`` beside the BEIR folder when
+    its relevant passages (grade > 0), their grades in ``gold_grades`` when any is not 1; the
+    manifest's ``beir`` block names the data set, its split and counts; the gold answer comes from a ``qa.jsonl`` beside the BEIR folder when
     there is one (ClapNQ and XQuAD in ../shared/datasets have it). Written once per content hash
     of the source files under ``out_root`` (default :func:`beir_cache_root`), never into the
     repository, so the chunking and retrieval code runs on a QA set exactly as on an authored set.
@@ -173,11 +198,16 @@ def materialize_beir(beir_dir: str | Path, out_root: str | Path | None = None, *
         (tmp / "docs" / fname[did]).write_text(text, encoding="utf-8")
     with open(tmp / "questions.jsonl", "w", encoding="utf-8") as f:
         for qid, text in data.queries.items():
-            gold = sorted(fname[d] for d, rel in data.qrels[qid].items() if rel > 0 and d in fname)
-            f.write(json.dumps({"id": qid, "question": text, "gold_answer": answers.get(qid, ""),
-                                "gold_sources": gold, "answer_keywords": [], "kind": "lookup"}) + "\n")
+            rels = {fname[d]: rel for d, rel in data.qrels[qid].items() if rel > 0 and d in fname}
+            row = {"id": qid, "question": text, "gold_answer": answers.get(qid, ""),
+                   "gold_sources": sorted(rels), "answer_keywords": [], "kind": "lookup"}
+            if any(r != 1 for r in rels.values()):
+                row["gold_grades"] = dict(sorted(rels.items()))
+            f.write(json.dumps(row) + "\n")
     manifest = {"name": name, "description": f"{src} ({split}) as an evalset: {len(data.corpus)} passages, "
                 f"{len(data.queries)} questions", "questions": "questions.jsonl",
+                "beir": {"name": src.parent.name if src.name == "beir" else src.name, "split": split,
+                         "docs": len(data.corpus), "queries": len(data.queries)},
                 "documents": [{"file": f"docs/{fname[d]}", "owner": "adiyan-office", "visibility": "global",
                                "beir_id": d} for d in data.corpus]}
     (tmp / "manifest.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False), encoding="utf-8")
@@ -219,16 +249,35 @@ def load_evalset(root: str | Path) -> Evalset:
         unknown = [s for s in row["gold_sources"] if s not in owner_of]
         if unknown:
             raise EvalsetError(f"{qpath}:{n}: gold source(s) {unknown} are not documents of the manifest")
-        extra = {k: v for k, v in row.items() if k not in REQUIRED_KEYS | {"requester"}}
+        extra = {k: v for k, v in row.items() if k not in REQUIRED_KEYS | {"requester", "gold_grades"}}
+        grades = _gold_grades(row, qpath, n)
         questions.append(EvalQuestion(row["id"], row["question"], row["gold_answer"],
                                       [f"{owner_of[s]}/{s}" for s in row["gold_sources"]],
-                                      list(row["answer_keywords"]), row["kind"], row.get("requester"), extra))
+                                      list(row["answer_keywords"]), row["kind"], row.get("requester"), extra,
+                                      {f"{owner_of[s]}/{s}": g for s, g in grades.items()}))
     ids = [q.id for q in questions]
     if len(set(ids)) != len(ids):
         raise EvalsetError(f"{qpath}: duplicate question ids")
-    es = Evalset(manifest.get("name", root.name), root, docs, questions, manifest.get("description", ""))
+    es = Evalset(manifest.get("name", root.name), root, docs, questions, manifest.get("description", ""),
+                 manifest.get("beir"))
     es._questions_file = qfile
     return es
+
+
+def _gold_grades(row: dict, qpath: Path, n: int) -> dict[str, int]:
+    """A row's ``gold_grades``, checked: a mapping of its gold sources to integer grades >= 1."""
+    grades = row.get("gold_grades")
+    if grades is None:
+        return {}
+    if not isinstance(grades, dict):
+        raise EvalsetError(f"{qpath}:{n}: gold_grades must map gold source file names to grades, got {grades!r}")
+    for name, g in grades.items():
+        if name not in row["gold_sources"]:
+            raise EvalsetError(f"{qpath}:{n}: gold_grades names {name!r}, which is not one of its gold_sources")
+        if isinstance(g, bool) or not isinstance(g, int) or g < 1:
+            raise EvalsetError(f"{qpath}:{n}: gold_grades[{name!r}] = {g!r}: a grade is an integer >= 1 "
+                               "(a document of grade 0 is not a gold source)")
+    return dict(grades)
 
 
 # -- conversation evalsets (manifest ``kind: conversations``; evalsets/conversations/README.md) ----

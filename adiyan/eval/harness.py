@@ -42,6 +42,7 @@ from ..kb import IngestError, IngestItem
 from ..retrieval.pipeline import UnsupportedSetting, refuse_inert
 from ..types import RetrievedChunk
 from . import metrics as M
+from .beir_protocol import refuse_beir_protocol
 from .evalset import Evalset, load_evalset
 from .ir_metrics import evaluate_run, per_query
 
@@ -293,6 +294,7 @@ def refuse_conversation_settings(settings, entry_point: str) -> None:
     So is a retrieval setting with nothing to act on under the chosen mode (``refuse_inert``, which
     the Retriever applies too): here it is refused before an index is built or a run directory written."""
     refuse_inert(settings.retrieval, entry_point)
+    refuse_beir_protocol(settings, entry_point)  # eval.beir_protocol=beir: invoke eval on a BEIR folder only
     default = ConversationConfig()
     for key, value in settings.conversation.model_dump().items():
         if value != getattr(default, key):
@@ -321,6 +323,7 @@ def question_rows(index: EvalIndex, retriever, *, progress: bool = False, desc: 
         row = {
             "id": q.id, "question": q.question, "kind": q.kind, "requester": requester,
             "gold_answer": q.gold_answer, "gold_sources": q.gold_sources, "answer_keywords": q.answer_keywords,
+            **({"gold_grades": q.gold_grades} if q.gold_grades else {}),
             "needs_ocr": bool(q.extra.get("needs_ocr")), "probe_private": probe_key,
             "retrieved": [c.as_dict() for c in top],
             "ranked_sources": [c.source for c in ranked],
@@ -339,7 +342,7 @@ def question_rows(index: EvalIndex, retriever, *, progress: bool = False, desc: 
             owner_res = retriever.retrieve(q.question, owner)
             row["probe_owner_retrieved"] = probe_key in {c.source for c in owner_res.ranked}
         if q.answerable:
-            out.qrels[q.id] = {s: 1 for s in q.gold_sources}
+            out.qrels[q.id] = q.relevance()  # graded: nDCG's gains; recall / hit count every grade > 0
             out.run[q.id] = source_run(ranked)  # the whole kept ranking: metrics cut it at their own depth
         out.results[q.id] = res
         out.rows.append(row)

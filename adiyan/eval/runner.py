@@ -38,6 +38,7 @@ from .agent_eval import run_agent_eval
 from .conversations import run_conversations
 from .evalset import is_conversation_set
 from .arrow import write_per_question
+from .beir_protocol import beir_report, refuse_beir_protocol
 from .harness import (EVAL_REQUESTER, IR_DEPTH, close_index, open_index, question_rows,  # noqa: F401
                       refuse_conversation_settings, retrieval_metrics)
 from .incidents import as_dict as incident_dict
@@ -134,6 +135,7 @@ def _incident_groups(settings, embedder, run_dir: Path) -> dict:
 
 
 def run_eval(settings, *, progress: bool = True, run_id: str | None = None, incidents: bool | None = None) -> Path:
+    refuse_beir_protocol(settings, "invoke eval")  # eval.beir_protocol=beir needs a BEIR folder (beir_protocol.py)
     if is_conversation_set(settings.eval.evalset):  # a multi-turn set: replayed turn by turn (conversations.py)
         replay_incidents = incidents if incidents is not None else settings.eval.incidents
         return run_conversations(settings, progress=progress, run_id=run_id, incidents=(
@@ -169,6 +171,11 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
     finally:
         close_index(index)
     groups = retrieval_metrics(qr, settings.retrieval.kb_top_k)
+    beir_detail = None
+    if es.beir:  # a BEIR folder: graded nDCG@10 / Recall@100 as BEIR reports them, beside the published figures
+        t0 = time.perf_counter()
+        groups["beir"], beir_detail = beir_report(settings, es, qr.qrels, qr.run, embedder=embedder, progress=progress)
+        timings["beir_s"] = time.perf_counter() - t0
     answers = _answer_group(rows)
     if answers is not None:
         groups["answer"] = answers
@@ -210,7 +217,7 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
                    "judge": settings.eval.judge},
         "dataset": {"name": es.name, "path": str(es.root), "hash": ds_hash,
                     "n_documents": len(es.documents), "n_questions": len(es.questions),
-                    "n_answerable": len(qr.qrels), "n_chunks": n_chunks,
+                    "n_answerable": len(qr.qrels), "n_chunks": n_chunks, "relevance": es.relevance,
                     "index_dir": str(index.data_dir), "index_reused": index.reused,
                     "documents_reingested": 0 if index.reused else index.build.get("n_changed", 0),
                     "ingest_failed": index.ingest_failures},
@@ -220,6 +227,7 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
                   "calibration": floor.calibration, "effect": floor_details},
         "warnings": warnings_for(judged, floor, floor_details, ds_hash),
         "ir_backend": ir_backend(),
+        **({"beir": beir_detail} if beir_detail else {}),
         "metrics": groups,
         "regression": [r.as_dict() for r in regression],
         "regression_failed": sum(r.status == "fail" for r in regression),

@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 from ..eval.conversations import conversation_metrics, open_scratch_memory, replay, rewrite_mode
+from ..eval.beir_protocol import refuse_beir_protocol
 from ..eval.evalset import is_conversation_set, load_conversation_set
 from ..eval.harness import open_index
 from ..factory import open_llm
@@ -35,6 +36,7 @@ def conversation_set(settings):
 
 def evaluate_conversations(settings, *, progress: bool = False) -> PointResult:
     """Per-turn replay of the conversation set under ``settings``; metrics named as in the sweep group."""
+    refuse_beir_protocol(settings, "the conversations experiment")
     cs = conversation_set(settings)
     index = open_index(settings, str(cs.documents.root), progress=progress)  # shared; closed with the process
     embedder = index.kb.embedder

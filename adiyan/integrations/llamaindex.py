@@ -176,7 +176,7 @@ def llamaindex_rows(target, es: Evalset, *, k: int = 4, source_key: str = DEFAUL
             row.update({"answer": answer, "keyword_hit": M.keyword_hit(answer, q.answer_keywords) if q.answerable
                         else None, "abstained": M.abstained(answer)})
         if q.answerable:
-            out.qrels[q.id] = {s: 1 for s in q.gold_sources}
+            out.qrels[q.id] = q.relevance()
             out.run[q.id] = source_run([_Src(c["source"]) for c in ranked])
         out.rows.append(row)
     return out
