@@ -48,6 +48,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 REGRESSIONS = ROOT / "benchmarks" / "regressions"
 README = ROOT / "README.md"
+
+
+def table_pages() -> list[Path]:
+    """The pages whose regression-table blocks are generated: README.md and every docs/ page."""
+    return [README] + sorted((ROOT / "docs").rglob("*.md"))
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAGAS_DO_NOT_TRACK": "true",
                "MEM0_TELEMETRY": "False", "TOKENIZERS_PARALLELISM": "false"}
 BUDGETS = ("default", "slow")
@@ -270,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check-only", metavar="JSON", help="check an existing output instead of running (one NAME)")
     p.add_argument("--keep", metavar="JSON", help="keep the command's JSON here (one NAME)")
     p.add_argument("--tables", action="store_true", help="print the README tables")
-    p.add_argument("--write-readme", action="store_true", help="regenerate README.md's regression-table blocks")
+    p.add_argument("--write-readme", action="store_true", help="regenerate the regression-table blocks of README.md "
+                   "and docs/*.md")
     p.add_argument("--dir", default=str(REGRESSIONS), help=argparse.SUPPRESS)
     p.add_argument("--json", metavar="FILE", help="write the verdicts here")
     a = p.parse_args(argv)
@@ -292,8 +298,16 @@ def main(argv: list[str] | None = None) -> int:
         print("\n\n".join(table(r) for r in regs.values()))
         return 0
     if a.write_readme:
-        README.write_text(render_readme(README.read_text(encoding="utf-8"), regs), encoding="utf-8")
-        print(f"verify: regenerated {len(readme_blocks(README.read_text(encoding='utf-8')))} README blocks")
+        for page in table_pages():
+            text = page.read_text(encoding="utf-8")
+            if readme_blocks(text):
+                try:
+                    new = render_readme(text, regs)
+                except RegressionFileError as exc:
+                    print(f"verify: {page.relative_to(ROOT)}: {exc}", file=sys.stderr)
+                    return 2
+                page.write_text(new, encoding="utf-8")
+                print(f"verify: regenerated {len(readme_blocks(new))} blocks in {page.relative_to(ROOT)}")
         return 0
     selected = [regs[n] for n in names] if names else [r for r in regs.values() if a.all or r.budget == "default"]
     if a.check_only:

@@ -108,11 +108,24 @@ def test_committed_files_are_well_formed_and_cover_the_headline_figures():
     assert any(r.budget == "default" for r in regs.values())
 
 
-def test_readme_tables_are_generated_from_the_files():
+def test_readme_and_docs_tables_are_generated_from_the_files():
     regs = {r.name: r for r in verify.load_all()}
-    blocks = verify.readme_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert blocks, "README.md has no regression-table blocks"
-    for name, body in blocks.items():
-        assert name in regs, f"README block {name} has no benchmarks/regressions/{name}.yaml"
-        assert body == verify.table(regs[name]).strip(), (
-            f"README block {name} differs from its file: run `python benchmarks/verify.py --write-readme`")
+    assert verify.readme_blocks((ROOT / "README.md").read_text(encoding="utf-8")), "README.md has no regression tables"
+    shown = set()
+    for page in verify.table_pages():
+        for name, body in verify.readme_blocks(page.read_text(encoding="utf-8")).items():
+            assert name in regs, f"{page.name}: block {name} has no benchmarks/regressions/{name}.yaml"
+            assert body == verify.table(regs[name]).strip(), (
+                f"{page.name}: block {name} differs from its file: run `python benchmarks/verify.py --write-readme`")
+            shown.add(name)
+    assert not set(regs) - shown, f"regression files shown on no page: {sorted(set(regs) - shown)}"
+
+
+def test_write_readme_regenerates_a_stale_block(tmp_path, monkeypatch):
+    page = tmp_path / "README.md"
+    page.write_text("x\n<!-- regression-table: meta-eval -->\n| stale | 1 |\n<!-- /regression-table -->\ny\n")
+    regs = {r.name: r for r in verify.load_all()}
+    out = verify.render_readme(page.read_text(), regs)
+    assert "| stale | 1 |" not in out and verify.readme_blocks(out)["meta-eval"] == verify.table(regs["meta-eval"])
+    with pytest.raises(verify.RegressionFileError, match="no-such"):
+        verify.render_readme("<!-- regression-table: no-such -->\n<!-- /regression-table -->", regs)
