@@ -256,20 +256,21 @@ def measure(args) -> dict:
               "sets": {}}
     smol_cache = CallCache(Path(load_settings(None, {}, environ={}).paths.cache_dir) / "bench_answers.sqlite",
                            "answerer-bench")
-    for name in ["adiyan_full", "xquad", "clapnq"]:
+    for name in args.sets:
         its, s = items(name, "test")
         res = {}
-        for llm_name in ["extractive", "smollm2"]:
+        for llm_name in args.answerers:
             ls = s.with_overrides({"llm.name": llm_name})
             llm = open_llm(ls)
-            sub = its if llm_name == "extractive" or name == "adiyan_full" else _sample(its, args.smollm2_n)
+            n = args.smollm2_full_n if name == "adiyan_full" else args.smollm2_n
+            sub = its if llm_name == "extractive" else _sample(its, n)
             answer_all(name, sub[:1], ls, llm, None)  # warm-up (model load) outside the timings
             answers = answer_all(name, sub, ls, llm, smol_cache if llm_name == "smollm2" else None)
             res[llm_name] = {**score(name, sub, answers), "llm": llm.id,
                              "budget": effective_budget(ls, llm)}
-            if llm_name == "extractive" and name != "adiyan_full" and args.smollm2_n:
+            if llm_name == "extractive" and (args.smollm2_n if name != "adiyan_full" else args.smollm2_full_n):
                 # the extractive answerer on SmolLM2's sample too, for a like-for-like row
-                small = _sample(its, args.smollm2_n)
+                small = _sample(its, args.smollm2_n if name != "adiyan_full" else args.smollm2_full_n)
                 res["extractive_on_sample"] = score(name, small, [a for a in answers
                                                                   if a["id"] in {i["id"] for i in small}])
             res[llm_name]["examples"] = [{"q": it["question"], "a": a["answer"][:300]}
@@ -287,6 +288,10 @@ def main(argv=None) -> int:
     ap.add_argument("--measure", action="store_true")
     ap.add_argument("--smollm2-n", type=int, default=30, help="SmolLM2: this many answerable questions per QA set "
                     "(and their unanswerable twins); adiyan_full is answered whole")
+    ap.add_argument("--smollm2-full-n", type=int, default=None, help="SmolLM2 on adiyan_full: this many questions "
+                    "(default: all)")
+    ap.add_argument("--sets", nargs="+", default=["adiyan_full", "xquad", "clapnq"])
+    ap.add_argument("--answerers", nargs="+", default=["extractive", "smollm2"])
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args(argv)
     if args.calibrate:
