@@ -532,6 +532,7 @@ def test_shipped_presets_and_sweep_points_set_no_inert_setting():
 
 # -- llm.name: every answering entry point loads the configured answerer --------------------
 
+@pytest.mark.slow  # three entry points, two eval runs (about 15 min on the loaded shared machine it was written on)
 @pytest.mark.parametrize("name", ["extractive", "smollm2"])
 def test_every_answering_entry_point_honours_llm_name(world, monkeypatch, name):
     """``invoke eval``, ``adiyan ask`` and the context experiment answer with the model llm.name
