@@ -207,8 +207,8 @@ def answer_question(llm, question: str, chunks: Sequence[RetrievedChunk], settin
 
 def _extractive_answer(llm, question: str, ctx: Context) -> Answer:
     """The extractive answerer (adiyan/models/extractive.py) on the passages the budget let in:
-    the quoted sentence(s) with ``[n]`` citations; ``used`` lists only the quoted passages."""
+    the quoted sentence(s), each followed by ``[n]``, the number of its passage in the context;
+    ``used`` is the context's passages in that numbering, as for a generated answer (``used[n-1]``
+    is the passage a ``[n]`` quote comes from)."""
     ex = llm.extract(question, ctx.passages)
-    cited = sorted({c.passage for c in ex.quoted})
-    used = [ctx.used[i - 1] for i in cited]
-    return Answer(ex.text, used, ctx.tokens, ctx.truncated, dropped=ctx.dropped)
+    return Answer(ex.text, list(ctx.used), ctx.tokens, ctx.truncated, dropped=ctx.dropped)

@@ -141,14 +141,14 @@ def test_eval_with_the_extractive_default_quotes_the_documents(make_settings):
     quoted = 0
     for r in rows:
         if r["abstained"]:
-            assert r["answer_used"] == [] or r["answer_used"] is None
+            assert "[" not in r["answer"]  # the abstention quotes and cites nothing
             continue
         texts = {(c["source"], c["chunk_index"]): " ".join(c["text"].split()) for c in r["retrieved"]}
         parts = re.findall(r"(.+?) \[(\d+)\](?: |$)", r["answer"])
         assert parts, r["answer"]
-        cited = {(u["source"], u["chunk_index"]) for u in r["answer_used"]}
-        for sentence, _n in parts:
-            assert any(sentence.split(" | ")[0] in texts[k] for k in cited), (r["id"], sentence)
+        for sentence, n in parts:  # [n] is the n-th passage of the context, answer_used[n-1]
+            u = r["answer_used"][int(n) - 1]
+            assert sentence.split(" | ")[0] in texts[(u["source"], u["chunk_index"])], (r["id"], sentence)
             quoted += 1
     assert quoted > 0
     answerable = [r for r in rows if r["keyword_hit"] is not None]

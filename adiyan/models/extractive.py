@@ -2,7 +2,8 @@
 
 The answer is the retrieved sentence (or two) that best answers the question, quoted verbatim
 with a ``[n]`` citation of the numbered passage it comes from (the numbering of the grounded
-prompt, ``generation.assemble_context``), and ``Answer.used`` lists only the quoted passages. When
+prompt, ``generation.assemble_context``; ``Answer.used[n-1]`` is that passage, ``used`` listing the
+context's passages as for a generated answer). When
 nothing clears the calibrated threshold it abstains with the project's phrasing,
 ``generation.NO_CONTEXT_ANSWER`` ("I don't know based on the documents."), which the keyword and
 abstention metrics read.
