@@ -34,7 +34,7 @@ LAYERS = {
     "adiyan.memory": 4, "adiyan.generation": 4,
     "adiyan.factory": 5, "adiyan.context": 5,
     "adiyan.agent": 6, "adiyan.ask": 6,
-    "adiyan.report": 7, "adiyan.report_index": 7, "adiyan.report_agent": 7,
+    "adiyan.report": 7, "adiyan.report_index": 7, "adiyan.report_agent": 7, "adiyan.report_summary": 7,
     "adiyan.eval": 8,
     "adiyan.experiments": 9,
     "adiyan.sweeps": 10,
