@@ -147,3 +147,10 @@ def lab_command(port: int = 8888, ip: str = "127.0.0.1") -> str:
 def lab(c, port=8888, ip="127.0.0.1"):
     """JupyterLab on the project's kernel ("Python (adiyan)"), notebooks/ as the root."""
     c.run(lab_command(port, ip), env=OFFLINE_ENV, pty=False)
+
+
+@task(help={"check": "fail if docs/reference/configuration.md is stale instead of rewriting it (CI)"})
+def docs(c, check=False):
+    """The documentation site: regenerate the configuration reference, then mkdocs build --strict into reports/site/."""
+    c.run(f"{PY} -m adiyan.config_reference" + (" --check" if check else ""), env=OFFLINE_ENV, pty=False)
+    c.run(f"{PY} -m mkdocs build --strict --quiet", env={**OFFLINE_ENV, "NO_MKDOCS_2_WARNING": "1"}, pty=False)

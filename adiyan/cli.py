@@ -26,6 +26,7 @@ from .eval.runner import RegressionFailed, run_eval, summary_lines
 from .factory import open_kb, open_retriever
 from .kb import DocumentNotFound, IngestError, IngestItem
 from .models.check import check_models
+from .report_index import write_index
 from .retrieval.floor import FLOORS_FILE, save_floor
 from .retrieval.pipeline import UnsupportedSetting
 
@@ -219,6 +220,7 @@ def cmd_compare(args) -> int:
         return 2
     print("\n".join(compare_summary(result)))
     print(f"  page: {out / 'index.html'}")
+    write_index(reports)  # the index links the comparison when its two runs are ticked
     return 0
 
 

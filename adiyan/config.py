@@ -54,8 +54,10 @@ class EmbedderConfig(_Section):
 
 
 class LLMConfig(_Section):
-    # smollm2 (embedded, in-process) | ollama:NAME | openai-compatible:URL | gguf:PATH
-    name: str = "smollm2"
+    # extractive (quotes the retrieved sentences, in-process; docs/answerer.md) | smollm2 (embedded
+    # generative model, the wiring check) | ollama:NAME | openai-compatible:URL | gguf:PATH.
+    # llm.url set with extractive or smollm2: the OpenAI-compatible server there replaces both.
+    name: str = "extractive"
     url: str | None = None
     model: str | None = None  # model name sent to an OpenAI-compatible server
     api_key_env: str = "OPENAI_API_KEY"
@@ -174,6 +176,8 @@ class ConversationConfig(_Section):
 
 
 class GenerationConfig(_Section):
+    # fitted to the model: llm.context_size minus the prompt and answer (llm.max_tokens) reserves.
+    # This default is cut to that room; any other value it cannot hold is refused (generation.effective_budget)
     context_budget_tokens: int = Field(2500, ge=64)
     strict_grounding: bool = True
 
@@ -221,6 +225,10 @@ class EvalConfig(_Section):
     # nDCG@10 / Recall@100, ranked by document), side by side with the product and published figures.
     # beir on a set that is not a BEIR folder, or from another entry point, is refused by name.
     beir_protocol: Literal["product", "beir"] = "product"
+    # stop calibrating once even all remaining pairs agreeing could not clear the line (recorded with n used)
+    judge_calibration_early_stop: bool = True
+    # reuse a stored calibration when the judge, its settings, every pair and the rule are unchanged
+    judge_calibration_reuse: bool = True
 
 
 class Settings(_Section):

@@ -301,6 +301,10 @@ class Memory:
                 infer = consolidation_capable(getattr(llm, "id", None), getattr(llm, "context_size", None))
             else:
                 infer = consolidation_capable(settings.llm.name, settings.llm.context_size)
+        if infer and (getattr(llm, "generative", True) is False or (llm is None and settings.llm.name == "extractive"
+                                                                     and not settings.llm.url)):
+            raise ValueError("memory.infer=true (mem0 consolidation) needs a generative LLM and llm.name=extractive "
+                             "only quotes passages; set llm.name to a server model (llm.url) or memory.infer=false")
         llm_source = llm if llm is not None else (lambda: llm_from_settings(settings))
         data_dir = Path(settings.paths.data_dir)
         sc = settings.store

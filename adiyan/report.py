@@ -1,5 +1,10 @@
 """HTML reports for evaluation runs: one page per run (the index of runs is adiyan/report_index.py).
 
+A run page opens on its summary (adiyan/report_summary.py: the headline metrics with their 95%
+intervals and the deltas against the previous run on the same data and the baseline), then its
+warnings, then the failing questions worst first (leaks, gold missed, wrong abstentions, missed
+keywords), each folding open to its retrieved context, then plots and the full tables.
+
 Pages must open offline (air-gapped review, archived artefacts), so everything is inline:
 CSS in a <style> block, plots as matplotlib SVG, no scripts, fonts or images by URL.
 Output is byte-for-byte reproducible so reports can be diffed and committed.
@@ -10,7 +15,6 @@ import io
 import json
 import math
 import re
-from datetime import datetime, timezone
 from pathlib import Path
 
 import matplotlib
@@ -23,27 +27,15 @@ from markupsafe import Markup  # noqa: E402
 
 from .eval import metrics as M  # noqa: E402
 from .report_agent import agent_section  # noqa: E402
+from .report_summary import failures as failing_questions  # noqa: E402
+from .report_summary import fmt, recall_at, summary_section  # noqa: E402
+from .report_summary import num as _num  # noqa: E402
+from .report_summary import parse_time as _parse_time  # noqa: E402
 
 COLORS = {"hit": "#1b9e77", "miss": "#d95f02", "n/a": "#9e9e9e"}
 _RC = {"svg.hashsalt": "adiyan", "text.parse_math": False, "font.size": 9}  # parse_math: ids may hold "$"
 
 # ---------------------------------------------------------------- helpers
-
-
-def fmt(v) -> str:
-    """Show numbers as the run wrote them (0.875 stays "0.875"), long floats cut to 4 places."""
-    if v is None:
-        return "—"
-    if isinstance(v, float):
-        return "nan" if math.isnan(v) else repr(round(v, 4))
-    return str(v)
-
-
-def _num(v) -> float | None:
-    """Numeric value for plotting/ranking, or None (bools and nulls are not numbers here)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    return None if math.isnan(v) else float(v)
 
 
 def _svg(fig, rc: dict | None = None) -> Markup:
@@ -75,15 +67,6 @@ def _status(q: dict) -> str:
 def _top_score(q: dict) -> float | None:
     retrieved = q.get("retrieved") or []
     return _num(retrieved[0].get("score")) if retrieved else None
-
-
-def _parse_time(s) -> datetime:
-    """created_at as an aware datetime (naive taken as UTC); unparsable sorts oldest."""
-    try:
-        t = datetime.fromisoformat(str(s))
-    except ValueError:
-        return datetime.min.replace(tzinfo=timezone.utc)
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
 def _short(h, n: int = 12) -> str:
@@ -185,6 +168,26 @@ def _plot_kinds(questions: list[dict]) -> Markup:
         return _svg(fig)
 
 
+def _plot_recall_at_k(questions: list[dict], k_max: int = 10) -> Markup | None:
+    """Hit rate and recall of the gold sources against the depth cut, 1..10: where a larger k stops paying."""
+    answerable = [q for q in questions if recall_at(q, 1) is not None]
+    if not answerable:
+        return None
+    ks = list(range(1, k_max + 1))
+    with plt.rc_context(_RC):
+        fig, ax = _figure(6.0, 3.0)
+        recall = [_mean(recall_at(q, k) for q in answerable) for k in ks]
+        hit = [_mean(float(recall_at(q, k) > 0) for q in answerable) for k in ks]
+        ax.plot(ks, hit, marker="o", label="hit rate@k", color="#7570b3")
+        ax.plot(ks, recall, marker="s", label="recall@k", color="#1b9e77")
+        ax.set_xticks(ks)
+        ax.set_xlabel("k (distinct sources)")
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel(f"mean over {len(answerable)} questions")
+        ax.legend(fontsize=8, loc="lower right")
+        return _svg(fig)
+
+
 def _plot_trend(runs: list[dict]) -> Markup:
     """Each retrieval metric across runs, oldest to newest: regressions show as drops."""
     with plt.rc_context(_RC):
@@ -213,6 +216,12 @@ th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .fail{border:1px solid #ddd;padding:.5em 1em;margin:.8em 0;border-radius:4px}
 .unreliable{color:#999;text-decoration:line-through}.badge{background:#fde2e1;color:#8a1c14;border-radius:3px;padding:0 4px;font-size:11px;white-space:nowrap}
 .human{color:#555;font-size:11px;margin-left:.4em}.warnings li{margin:.3em 0}.warnings b{color:#8a1c14}
+table.headline th[scope=row]{font-weight:normal;background:#fafafa}td.big{font-size:1.15em;font-weight:bold}
+.delta.better{color:#137a5a;font-weight:bold}.delta.worse{color:#b3261e;font-weight:bold}.delta.neutral,.delta.same{color:#777}
+b.worse{color:#b3261e}.lede{color:#444}.counts{margin:.4em 0 1em}
+details.fail>summary{cursor:pointer;list-style-position:outside;margin-left:1em}details.fail[open]>summary{margin-bottom:.5em}
+.reason{background:#fde2e1;color:#8a1c14;border-radius:3px;padding:0 5px;margin-left:.3em;font-size:12px;white-space:nowrap}
+.reason.leak{background:#b3261e;color:#fff}ol.ctx{padding-left:1.5em}ol.ctx li{margin:.4em 0}
 pre{white-space:pre-wrap;background:#f7f7f7;padding:.5em;margin:.3em 0}
 svg{max-width:100%;height:auto}code{font-size:.95em}
 """
@@ -220,20 +229,28 @@ svg{max-width:100%;height:auto}code{font-size:.95em}
 RUN_TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Run {{ m.run_id }}</title><style>{{ css }}</style></head><body>
 <h1>Run {{ m.run_id }}</h1>
-<table>
-<tr><th>date</th><td>{{ m.created_at or "—" }}</td></tr>
-<tr><th>config hash</th><td><code title="{{ m.config_hash }}">{{ short(m.config_hash) }}</code></td></tr>
-{% for role, model in (m.models or {}).items() %}<tr><th>{{ role }}</th><td>{% if model is mapping %}<b>{{ model.id }}</b>{% for k, v in model.items() if k != "id" %} · {{ k }}={{ fmt(v) }}{% endfor %}{% else %}{{ model }}{% endif %}</td></tr>
-{% endfor %}<tr><th>dataset</th><td><b>{{ ds.name }}</b> · hash <code title="{{ ds.hash }}">{{ short(ds.hash) }}</code>{% for k, v in ds.items() if k not in ("name", "hash") %} · {{ k }}={{ fmt(v) }}{% endfor %}</td></tr>
-{% for part, e in (m.engines or {}).items() if e is mapping %}<tr><th>Qdrant: {{ part }}</th><td><b>{{ e.engine }}</b> · {{ e.where }}{% if e.used is defined and not e.used %} (not used by this run){% endif %}</td></tr>
-{% endfor %}{% if m.engines %}<tr><th>one Qdrant engine</th><td>{{ "yes" if m.engines.shared else "no: mem0 has no provider for the embedded engine; store.engine=server shares one" }}</td></tr>
-{% endif %}<tr><th>files</th><td>{% if has_config %}<a href="config.yaml">config.yaml</a>{% else %}config.yaml (not written){% endif %} · <a href="metrics.json">metrics.json</a></td></tr>
-</table>
-
+{{ summary }}
 {% if m.warnings %}<h2 id="warnings">Warnings ({{ m.warnings|length }})</h2>
 <ul class="warnings">{% for w in m.warnings %}<li id="warning-{{ w.name }}"><b>{{ w.name }}</b>: {{ w.message }}</li>
 {% endfor %}</ul>
 {% endif %}
+<h2 id="failures">Failures ({{ failures|length }})</h2>
+{% if failures %}<p>Worst first: private leaks, gold sources missed, wrong abstentions, answers missing their keywords. Open one for its answer and the context it was given.</p>{% endif %}
+{% for q in failures %}<details class="fail" id="fail-{{ q.id }}"><summary><b>{{ q.id }}</b> <small>({{ q.kind }}{% if q.requester %}, as {{ q.requester }}{% endif %})</small>{% for r in q.reason_keys %} <span class="reason {{ r }}">{{ q.reasons[loop.index0] }}</span>{% endfor %} · {{ q.question }}</summary>
+<p><b>Question:</b> {{ q.question }} <small>(hit={{ fmt(q.hit) }}, keyword_hit={{ fmt(q.keyword_hit) }}{% if q.abstained is not none %}, abstained={{ fmt(q.abstained) }}{% endif %})</small></p>
+<p><b>Gold answer:</b> {{ q.gold_answer }}</p>
+<p><b>Gold sources:</b> {{ (q.gold_sources or [])|join(", ") }}</p>
+{% if q.leaked_private %}<p class="miss"><b>Leaked private chunks:</b> {{ q.leaked_private|join(", ") }}</p>{% endif %}
+<p><b>Generated answer:</b></p><pre>{{ q.answer }}</pre>
+<p><b>Retrieved context:</b></p>
+<ol class="ctx">{% for c in q.retrieved or [] %}<li><b>{{ c.source }}</b> #{{ c.chunk_index }} · score {{ fmt(c.score) }}{% if c.source in (q.gold_sources or []) %} · <span class="hit">gold</span>{% endif %}<pre>{{ c.text }}</pre></li>
+{% else %}<li>nothing retrieved{% if q.empty_reason %}: {{ q.empty_reason }}{% endif %}</li>{% endfor %}</ol></details>
+{% else %}<p>No failing questions.</p>{% endfor %}
+<h2>Plots</h2>
+{% if plots %}{% for title, svg in plots %}<h3>{{ title }}</h3>
+{{ svg }}
+{% endfor %}{% else %}<p>No questions recorded.</p>{% endif %}
+
 <h2>Metrics</h2>
 {% for group, vals in (m.metrics or {}).items() %}<h3>{{ group }}</h3>
 <table><tr><th>metric</th><th>value</th></tr>
@@ -244,22 +261,16 @@ RUN_TEMPLATE = """<!DOCTYPE html>
 {% endfor %}{% if m.floor %}<h3>score floor</h3>
 <p>{{ m.floor.reason }}{% if m.floor.calibration %}. Calibrated on <b>{{ m.floor.calibration.evalset }}</b> (hash <code>{{ m.floor.calibration.evalset_hash }}</code>, {{ m.floor.calibration.split or "all questions" }}, rule {{ m.floor.calibration.rule }}: J {{ fmt(m.floor.calibration.youden_j) }}, TPR {{ fmt(m.floor.calibration.tpr) }}, FPR {{ fmt(m.floor.calibration.fpr) }}, n {{ m.floor.calibration.n_relevant }} relevant / {{ m.floor.calibration.n_irrelevant }} irrelevant){% endif %}.{% if m.floor.effect and m.floor.effect.measured %} On this run's top {{ m.floor.effect.k }} without a floor, the floor {{ "removes" if m.floor.applied else "would remove (not applied)" }} {{ m.metrics.floor.relevant_below_floor }} of {{ m.metrics.floor.relevant_top_k }} relevant and {{ m.metrics.floor.irrelevant_below_floor }} of {{ m.metrics.floor.irrelevant_top_k }} irrelevant chunks.{% endif %}</p>
 {% endif %}
-<h2>Plots</h2>
-{% if plots %}{% for title, svg in plots %}<h3>{{ title }}</h3>
-{{ svg }}
-{% endfor %}{% else %}<p>No questions recorded.</p>{% endif %}
-
-<h2>Failures ({{ failures|length }})</h2>
-{% for q in failures %}<div class="fail" id="fail-{{ q.id }}">
-<h3>{{ q.id }} <small>({{ q.kind }}; hit={{ fmt(q.hit) }}, keyword_hit={{ fmt(q.keyword_hit) }})</small></h3>
-<p><b>Question:</b> {{ q.question }}</p>
-<p><b>Gold answer:</b> {{ q.gold_answer }}</p>
-<p><b>Gold sources:</b> {{ (q.gold_sources or [])|join(", ") }}</p>
-<p><b>Generated answer:</b></p><pre>{{ q.answer }}</pre>
-<p><b>Retrieved:</b></p>
-{% for c in q.retrieved or [] %}<details><summary>{{ loop.index }}. {{ c.source }} #{{ c.chunk_index }} · score {{ fmt(c.score) }}{% if c.source in (q.gold_sources or []) %} · <span class="hit">gold</span>{% endif %}</summary><pre>{{ c.text }}</pre></details>
-{% else %}<p>nothing retrieved</p>{% endfor %}</div>
-{% else %}<p>No failing questions.</p>{% endfor %}
+<h2 id="run">Run details</h2>
+<table>
+<tr><th>date</th><td>{{ m.created_at or "—" }}</td></tr>
+<tr><th>config hash</th><td><code title="{{ m.config_hash }}">{{ short(m.config_hash) }}</code></td></tr>
+{% for role, model in (m.models or {}).items() %}<tr><th>{{ role }}</th><td>{% if model is mapping %}<b>{{ model.id }}</b>{% for k, v in model.items() if k != "id" %} · {{ k }}={{ fmt(v) }}{% endfor %}{% else %}{{ model }}{% endif %}</td></tr>
+{% endfor %}<tr><th>dataset</th><td><b>{{ ds.name }}</b> · hash <code title="{{ ds.hash }}">{{ short(ds.hash) }}</code>{% for k, v in ds.items() if k not in ("name", "hash") %} · {{ k }}={{ fmt(v) }}{% endfor %}</td></tr>
+{% for part, e in (m.engines or {}).items() if e is mapping %}<tr><th>Qdrant: {{ part }}</th><td><b>{{ e.engine }}</b> · {{ e.where }}{% if e.used is defined and not e.used %} (not used by this run){% endif %}</td></tr>
+{% endfor %}{% if m.engines %}<tr><th>one Qdrant engine</th><td>{{ "yes" if m.engines.shared else "no: mem0 has no provider for the embedded engine; store.engine=server shares one" }}</td></tr>
+{% endif %}<tr><th>files</th><td>{% if has_config %}<a href="config.yaml">config.yaml</a>{% else %}config.yaml (not written){% endif %} · <a href="metrics.json">metrics.json</a></td></tr>
+</table>
 
 <h2>All questions</h2>
 <table><tr><th>id</th><th>kind</th><th>question</th><th>hit</th><th>RR</th><th>keyword hit</th><th>top-1 source</th><th>top-1 score</th><th>latency s</th></tr>
@@ -300,14 +311,17 @@ def write_run_report(run_dir: Path) -> Path:
     run_dir = Path(run_dir)
     m = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     questions = _read_questions(run_dir / "questions.jsonl")
-    failures = [q for q in questions if q.get("hit") is False or q.get("keyword_hit") is False]
+    failures = failing_questions(questions)
     plots = []
     if questions:
-        plots = [("Reciprocal rank per question", _plot_rr(questions)),
+        plots = [("Hit rate and keyword hit by question kind", _plot_kinds(questions)),
                  ("Top-1 retrieval score: hits vs misses", _plot_scores(questions)),
-                 ("Hit rate and keyword hit by question kind", _plot_kinds(questions))]
+                 ("Reciprocal rank per question", _plot_rr(questions))]
+        if (rk := _plot_recall_at_k(questions)) is not None:
+            plots.insert(1, ("Hit rate and recall against k", rk))
     html = _env.from_string(RUN_TEMPLATE).render(
         m=m, ds=m.get("dataset") or {}, questions=questions, failures=failures, plots=plots,
+        summary=summary_section(run_dir, m, questions, failures),
         has_config=(run_dir / "config.yaml").exists(),
         config_json=json.dumps(m.get("config", {}), indent=2, ensure_ascii=False),
         agent=agent_section(run_dir, m.get("metrics") or {}))  # eval.mode=agent: traces

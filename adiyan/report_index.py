@@ -8,6 +8,12 @@ settings that differ from today's defaults (``adiyan.config``), computed from th
 saved (``paths.*`` left out: where files go is not what was measured). Two runs can be picked
 with checkboxes: a small inline script (the page's only script; no network) shows the
 ``invoke compare A B`` command and links the comparison page when ``reports/compare/`` has it.
+
+Each group's table shows the run (a frozen first column, its pick box inside), the date, the
+headline metrics, the settings and warnings without a horizontal scroll; the other columns
+(models, config hash, every other metric) are one click away ("all columns"), scrolling under
+the frozen run column. Every column sorts on a click on its header; one box filters the runs of
+every group by text (run id, setting, model, warning). The same inline script does all of it.
 """
 
 from __future__ import annotations
@@ -23,13 +29,20 @@ from markupsafe import Markup
 from .config import Settings
 from .eval import metrics as M
 from .report import CSS, _direction, _load_run, _n_of, _num, _parse_time, _plot_trend, _short, fmt, judged_unreliable
+from .report_summary import _headline_names
 
 IGNORED_PREFIXES = ("paths.",)  # where files go, not what was measured
 
 INDEX_CSS = """
 .group{margin-top:2em}.diff code{background:#eef3fb;border-radius:3px;padding:0 3px;margin:1px;display:inline-block}
 .defaults{color:#777}#compare-box{position:sticky;top:0;background:#fffbe6;border:1px solid #e6d98c;padding:.5em 1em;margin:1em 0}
-#compare-cmd{font-size:1.05em}.scroll{overflow-x:auto}
+#compare-cmd{font-size:1.05em}.scroll{overflow-x:auto;max-width:100%}
+table.runs{margin:.3em 0}table.runs th{cursor:pointer;user-select:none}table.runs th[aria-sort=ascending]::after{content:" \\25B2"}
+table.runs th[aria-sort=descending]::after{content:" \\25BC"}
+table.runs .run{position:sticky;left:0;background:#fff;z-index:1;white-space:nowrap;box-shadow:1px 0 0 #ddd}table.runs th.run{background:#f3f3f3}
+table.runs thead th:not(.run){max-width:7.5em;overflow-wrap:anywhere}table.runs td.diff{max-width:15em}
+table.runs td.diff code{overflow-wrap:anywhere}table.runs td.warn{max-width:11em}td.warn .badge{white-space:normal;overflow-wrap:anywhere;display:inline-block}table.runs td.date{white-space:nowrap}
+#filter-box{margin:1em 0}#run-filter{width:22em;padding:2px 4px}.more-cols{margin:.2em 0 .6em;font-size:12px}
 """
 
 # The only script: reads the picked checkboxes and the known comparisons, writes text and one href.
@@ -53,19 +66,59 @@ COMPARE_JS = """
     });
   });
   show();
+  function key(td){var t=(td?td.textContent:'').trim(), v=parseFloat(t);
+    return t===''||t==='\u2014'?null:(isNaN(v)||!/^[-+]?[0-9.]/.test(t)?t.toLowerCase():v);}
+  document.querySelectorAll('table.runs').forEach(function(table){
+    var heads=table.tHead.rows[0].cells;
+    Array.prototype.forEach.call(heads,function(th,col){
+      th.title='click to sort';
+      th.addEventListener('click',function(){
+        var asc=th.getAttribute('aria-sort')!=='ascending', body=table.tBodies[0];
+        Array.prototype.forEach.call(heads,function(h){h.removeAttribute('aria-sort');});
+        th.setAttribute('aria-sort',asc?'ascending':'descending');
+        var rows=Array.prototype.slice.call(body.rows);
+        rows.sort(function(a,b){var x=key(a.cells[col]),y=key(b.cells[col]);
+          if(x===null||y===null){return x===y?0:(x===null?1:-1);}
+          if(typeof x!==typeof y){x=String(x);y=String(y);}
+          return (x<y?-1:x>y?1:0)*(asc?1:-1);});
+        rows.forEach(function(r){body.appendChild(r);});
+      });
+    });
+  });
+  document.querySelectorAll('button.more-cols').forEach(function(b){
+    b.addEventListener('click',function(){var t=document.getElementById(b.getAttribute('data-table'));
+      var all=t.classList.toggle('compact')===false; b.textContent=all?'headline columns only':b.getAttribute('data-label');});
+  });
+  var filter=document.getElementById('run-filter'), count=document.getElementById('filter-count');
+  filter.addEventListener('input',function(){
+    var words=filter.value.toLowerCase().split(/\s+/).filter(Boolean), shown=0, total=0;
+    document.querySelectorAll('div.group').forEach(function(g){
+      var any=false;
+      g.querySelectorAll('table.runs tbody tr').forEach(function(r){
+        var text=r.textContent.toLowerCase(), ok=words.every(function(w){return text.indexOf(w)>=0;});
+        r.hidden=!ok; total++; if(ok){shown++;any=true;}
+      });
+      g.hidden=!any;
+    });
+    count.textContent=words.length?shown+' of '+total+' runs':'';
+  });
 })();
 """
 
 INDEX_TEMPLATE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>Evaluation runs</title><style>{{ css }}{{ index_css }}</style></head><body>
+<html lang="en"><head><meta charset="utf-8"><title>Evaluation runs</title><style>{{ css }}{{ index_css }}
+{% for g in groups %}#runs-{{ loop.index }}.compact tr>:nth-child(n+{{ g.first_hidden }}){display:none}
+{% endfor %}</style></head><body>
 <h1>Evaluation runs ({{ n_runs }})</h1>
 <p>Runs are grouped by evalset and dataset hash; the best value per column is marked <b>within a group only</b>, in the metric registry's direction. An unreliable judge's metrics are struck, badged and never best; a judged mean shows its sample size. "settings" lists what differs from the defaults (<code>paths.*</code> left out).</p>
 <div id="compare-box" data-comparisons="{{ comparisons }}"><b>Compare two runs:</b> tick two boxes below. <code id="compare-cmd">pick two runs</code> <a id="compare-link" hidden></a></div>
+<div id="filter-box"><label>Filter runs <input id="run-filter" type="search" placeholder="run id, setting, model, warning"></label> <span id="filter-count"></span> · click a column's header to sort</div>
 {% for g in groups %}<div class="group" id="group-{{ loop.index }}">
 <h2>{{ g.name }} <small>dataset hash <code title="{{ g.hash }}">{{ short(g.hash) }}</code> · {{ g.rows|length }} run(s)</small></h2>
-<div class="scroll"><table><tr><th>pick</th><th>run</th><th>date</th><th>embedder</th><th>llm</th><th>settings</th><th>config</th><th>warnings</th>{% for grp, n in g.cols %}<th>{{ grp }}<br>{{ n }}</th>{% endfor %}</tr>
-{% for r in g.rows %}<tr><td><input type="checkbox" class="pick" data-run="{{ r.run_id }}" aria-label="pick {{ r.run_id }}"></td><td><a href="{{ r.href }}">{{ r.run_id }}</a></td><td>{{ r.created_at }}</td><td>{{ r.embedder }}</td><td>{{ r.llm }}</td><td class="diff">{% for d in r.diff %}<code>{{ d }}</code> {% else %}<span class="defaults">defaults</span>{% endfor %}</td><td><code>{{ r.config }}</code></td><td>{% for w in r.warnings %}<span class="badge" title="{{ w.message }}">{{ w.name }}</span> {% endfor %}</td>{% for c in r.cells %}{% if c.unreliable %}<td class="num"><span class="unreliable">{{ c.text }}</span> <span class="badge">unreliable judge</span></td>{% else %}<td class="num{% if c.best %} best{% endif %}">{{ c.text }}</td>{% endif %}{% endfor %}</tr>
-{% endfor %}</table></div>
+<div class="scroll"><table class="runs compact" id="runs-{{ loop.index }}"><thead><tr><th class="run">run</th><th>date</th>{% for grp, n in g.head_cols %}<th>{{ grp }}<br>{{ n }}</th>{% endfor %}<th>settings</th><th>warnings</th><th>embedder</th><th>llm</th><th>config</th>{% for grp, n in g.more_cols %}<th>{{ grp }}<br>{{ n }}</th>{% endfor %}</tr></thead><tbody>
+{% for r in g.rows %}<tr><td class="run"><input type="checkbox" class="pick" data-run="{{ r.run_id }}" aria-label="pick {{ r.run_id }}"> <a href="{{ r.href }}">{{ r.run_id }}</a></td><td class="date" title="{{ r.created_at }}">{{ r.date[0] }}<br>{{ r.date[1] }}</td>{% for c in r.head_cells %}{{ cell(c) }}{% endfor %}<td class="diff">{% for d in r.diff %}<code>{{ d }}</code> {% else %}<span class="defaults">defaults</span>{% endfor %}</td><td class="warn">{% for w in r.warnings %}<span class="badge" title="{{ w.message }}">{{ w.name }}</span> {% endfor %}</td><td>{{ r.embedder }}</td><td>{{ r.llm }}</td><td><code>{{ r.config }}</code></td>{% for c in r.more_cells %}{{ cell(c) }}{% endfor %}</tr>
+{% endfor %}</tbody></table></div>
+<button type="button" class="more-cols" data-table="runs-{{ loop.index }}" data-label="all {{ g.n_cols }} columns">all {{ g.n_cols }} columns</button>
 {% if g.trend %}<h3>Retrieval metrics across the runs of {{ g.name }}</h3>
 {{ g.trend }}
 {% endif %}</div>
@@ -77,6 +130,10 @@ INDEX_TEMPLATE = """<!DOCTYPE html>
 
 _env = Environment(autoescape=True, keep_trailing_newline=True)
 _env.globals.update(short=_short, css=Markup(CSS), index_css=Markup(INDEX_CSS), js=Markup(COMPARE_JS))
+_CELL = _env.from_string('{% if c.unreliable %}<td class="num"><span class="unreliable">{{ c.text }}</span> '
+                         '<span class="badge">unreliable judge</span></td>{% else %}<td class="num{% if c.best %} best'
+                         '{% endif %}">{{ c.text }}</td>{% endif %}')
+_env.globals["cell"] = lambda c: Markup(_CELL.render(c=c))
 
 
 def flatten(d: dict, prefix: str = "") -> dict:
@@ -158,8 +215,36 @@ def _group_rows(runs: list[dict], defaults: dict) -> tuple[list, list]:
                      "created_at": m.get("created_at") or "—", "embedder": model(m, "embedder"),
                      "llm": model(m, "llm"), "config": _short(m.get("config_hash")), "cells": cells,
                      "diff": settings_diff(m["_config"], defaults),
-                     "warnings": [w for w in m.get("warnings") or [] if isinstance(w, dict) and "name" in w]})
+                     "warnings": [w for w in m.get("warnings") or [] if isinstance(w, dict) and "name" in w],
+                     "date": _short_date(m.get("created_at"))})
     return cols, rows
+
+
+def _short_date(s) -> tuple[str, str]:
+    """2026-12-02T12:45:01+00:00 -> (2026-12-02, 12:45), shown on two lines (the full stamp in the title)."""
+    s = str(s or "—")
+    return (s[:10], s[11:16]) if len(s) >= 16 and s[10:11] == "T" else (s, "")
+
+
+def _split_columns(cols: list, rows: list) -> tuple[list, list]:
+    """Headline metric columns first (shown without scrolling), the rest behind "all columns";
+    each row's cells split the same way."""
+    present: dict[str, dict] = {}
+    for g, n in cols:
+        present.setdefault(g, {})[n] = None
+    head = [c for c in _headline_names(present) if c in cols]
+    # runs of one group may cut at different k (hit_rate@4, hit_rate@1): every k is a headline column
+    at_k = [c for c in cols if c[0] == "retrieval" and c[1].split("@")[0] in ("hit_rate", "mrr") and "@" in c[1]
+            and c[1] != "mrr@10" and c not in head]
+    head = sorted(head + at_k, key=lambda c: (head.index(c) if c in head else
+                                             next(i for i, h in enumerate(head) if h[1].split("@")[0] == c[1].split("@")[0]),
+                                             c[1]))
+    where = {c: i for i, c in enumerate(cols)}
+    more = [c for c in cols if c not in head]
+    for r in rows:
+        r["head_cells"] = [r["cells"][where[c]] for c in head]
+        r["more_cells"] = [r["cells"][where[c]] for c in more]
+    return head, more
 
 
 def write_index(reports_dir: Path) -> Path:
@@ -187,7 +272,10 @@ def write_index(reports_dir: Path) -> Path:
     groups = []
     for (name, h), members in by_key.items():
         cols, rows = _group_rows(members, defaults)
-        groups.append({"name": name, "hash": h or None, "cols": cols, "rows": rows,
+        head, more = _split_columns(cols, rows)
+        # run, date, headline metrics, settings, warnings are shown; embedder, llm, config and the rest fold
+        groups.append({"name": name, "hash": h or None, "cols": cols, "rows": rows, "head_cols": head,
+                       "more_cols": more, "first_hidden": 2 + len(head) + 2 + 1, "n_cols": 2 + len(cols) + 5,
                        "trend": _plot_trend(members) if len(members) >= 2 else None})
     html = _env.from_string(INDEX_TEMPLATE).render(
         groups=groups, n_runs=len(runs), broken=broken,

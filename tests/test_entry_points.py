@@ -528,3 +528,44 @@ def test_shipped_presets_and_sweep_points_set_no_inert_setting():
             P.refuse_inert(load_settings(None, point.overrides, environ={}).retrieval, f"{path.name} {point.id}")
             n += 1
     assert n >= 40  # every point of every shipped sweep was checked
+
+
+# -- llm.name: every answering entry point loads the configured answerer --------------------
+
+@pytest.mark.slow  # three entry points, two eval runs (about 15 min on the loaded shared machine it was written on)
+@pytest.mark.parametrize("name", ["extractive", "smollm2"])
+def test_every_answering_entry_point_honours_llm_name(world, monkeypatch, name):
+    """``invoke eval``, ``adiyan ask`` and the context experiment answer with the model llm.name
+    names. The extractive answerer is real (its answers are quotes with [n] citations or the
+    abstention); for smollm2 the loader is observed and the model replaced by HydeLLM (a test
+    double for control flow only, so the test does not run a 135M model three times)."""
+    from adiyan.generation import NO_CONTEXT_ANSWER
+    from adiyan.models import registry
+
+    asked, real = [], registry.load_llm
+
+    def spy_load(llm_name, **kw):
+        asked.append(llm_name)
+        return real(llm_name, **kw) if llm_name == "extractive" else HydeLLM()
+
+    monkeypatch.setattr(registry, "load_llm", spy_load)
+    s = _settings(world, {"llm.name": name, "eval.generate": True})
+
+    def is_extractive(text):
+        return text == NO_CONTEXT_ANSWER or text.rstrip().endswith("]")
+
+    run = run_eval(s, progress=False, run_id=f"llm-{name}")
+    rows = [json.loads(x) for x in (run / "questions.jsonl").read_text().splitlines()]
+    m = json.loads((run / "metrics.json").read_text())
+    if not (world["root"] / "data" / "raw").exists():
+        _ingest_cli(world, s)
+    asks = [ask_module.ask(s, q, "bob").answer for q in PROBES[:2]]
+    ctx = context_experiment.evaluate_context(s)
+    shown = [r["answer"] for r in rows] + asks + list(ctx.info["answers"].values())
+    assert asked and set(asked) == {name}  # every load asked for the configured name, and only it
+    if name == "extractive":
+        assert m["models"]["llm"]["id"].startswith("extractive-v1:")
+        assert all(is_extractive(a) for a in shown), shown
+        assert any(a != NO_CONTEXT_ANSWER for a in shown)
+    else:
+        assert m["models"]["llm"]["id"] == HydeLLM.id and set(shown) == {"scripted answer"}

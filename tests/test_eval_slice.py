@@ -101,10 +101,15 @@ def test_eval_with_the_embedded_llm(make_settings):
     the question reaches the answer (so context reaches the model), and a rerun is served from the
     answer cache with identical metrics.
     """
-    s = make_settings(**{"eval.evalset": str(EVALSET), "eval.judge": None, "eval.incidents": False})
+    s = make_settings(**{"eval.evalset": str(EVALSET), "eval.judge": None, "eval.incidents": False,
+                         "llm.name": "smollm2"})
     run = run_eval(s, progress=False, run_id="gen")
     m, rows = _load(run)
     assert m["models"]["llm"]["id"] == "smollm2-135m-instruct-q4_1"
+    # the shipped 2,500-token budget does not fit SmolLM2's 2,048 window: the run records the fitted one
+    budget = m["generation"]["context_budget"]
+    assert budget["configured"] == 2500 and budget["window"] == 2048 and budget["answer_reserve"] == 128
+    assert budget["effective"] == budget["room"] == 2048 - budget["prompt_reserve"] - 128 < 2048
     assert all(r["answer"] for r in rows)
     for r in rows:
         if r["retrieved"]:  # sources on every answer, and only retrieved ones
@@ -120,6 +125,37 @@ def test_eval_with_the_embedded_llm(make_settings):
     m2, rows2 = _load(again)
     assert m2["metrics"] == m["metrics"] and m2["cache"]["answers"]["misses"] == 0
     assert [r["answer"] for r in rows2] == [r["answer"] for r in rows]
+
+
+def test_eval_with_the_extractive_default_quotes_the_documents(make_settings):
+    """The default answerer (llm.name=extractive) in the eval: every answer that does not abstain
+    is a verbatim quote of the passages it cites (faithful by construction), the metrics are the
+    per-question means, and a rerun gives the same answers."""
+    import re
+
+    s = make_settings(**{"eval.evalset": str(EVALSET), "eval.judge": None, "eval.incidents": False})
+    assert s.llm.name == "extractive"
+    m, rows = _load(run_eval(s, progress=False, run_id="ext"))
+    assert m["models"]["llm"]["kind"] == "extractive" and m["models"]["llm"]["id"].startswith("extractive-v1:")
+    assert m["generation"]["context_budget"]["answer_reserve"] == 0
+    quoted = 0
+    for r in rows:
+        if r["abstained"]:
+            assert "[" not in r["answer"]  # the abstention quotes and cites nothing
+            continue
+        texts = {(c["source"], c["chunk_index"]): " ".join(c["text"].split()) for c in r["retrieved"]}
+        parts = re.findall(r"(.+?) \[(\d+)\](?: |$)", r["answer"])
+        assert parts, r["answer"]
+        for sentence, n in parts:  # [n] is the n-th passage of the context, answer_used[n-1]
+            u = r["answer_used"][int(n) - 1]
+            assert sentence.split(" | ")[0] in texts[(u["source"], u["chunk_index"])], (r["id"], sentence)
+            quoted += 1
+    assert quoted > 0
+    answerable = [r for r in rows if r["keyword_hit"] is not None]
+    assert m["metrics"]["answer"]["keyword_recall"] == pytest.approx(
+        sum(r["keyword_hit"] for r in answerable) / len(answerable), abs=1e-6)
+    again = run_eval(s, progress=False, run_id="ext2")
+    assert [r["answer"] for r in _load(again)[1]] == [r["answer"] for r in rows]
 
 
 def test_a_regression_below_its_floor_fails_the_run_after_writing_it(make_settings, tmp_path, monkeypatch):

@@ -142,8 +142,8 @@ def test_memories_persist_across_reopening_the_data_dir(open_memory, make_settin
 
 
 def test_no_llm_is_loaded_or_called_without_consolidation(open_memory, minilm):
-    mem = open_memory(minilm)  # default config: llm smollm2, which cannot consolidate
-    assert consolidation_capable("smollm2") is False and consolidation_capable("gguf:/m.gguf", 32768) is False
+    mem = open_memory(minilm)  # default config: llm extractive, which cannot consolidate (nor can smollm2)
+    assert consolidation_capable("extractive") is False and consolidation_capable("smollm2") is False and consolidation_capable("gguf:/m.gguf", 32768) is False
     assert consolidation_capable("ollama:qwen2.5:7b", 32768) and consolidation_capable("openai-compatible:http://h/v1")
     assert consolidation_capable("ollama:qwen2.5:7b", 2048) is False  # mem0's prompt alone is ~8.6k tokens
     assert not mem.infer and not mem.has_llm

@@ -97,7 +97,7 @@ def _section(html: str, start: str, end: str) -> str:
 
 
 def test_metric_values_formatted_as_in_source(run_html):
-    metrics = _section(run_html, "<h2>Metrics</h2>", "<h2>Plots</h2>")
+    metrics = _section(run_html, "<h2>Metrics</h2>", '<h2 id="run">')
     assert '<td>keyword_recall<span class="human" title="RAGChecker meta-evaluation' in metrics  # vs humans
     metrics = re.sub(r'<span class="human"[^>]*>[^<]*</span>', "", metrics)  # the values, as the run wrote them
     for name, value in [("hit_rate@4", "0.875"), ("mrr@4", "0.71"), ("keyword_recall", "0.5"),
@@ -117,11 +117,11 @@ def test_header_timings_and_links(run_html):
 
 
 def test_failures_section_lists_only_failing_questions(run_html):
-    failures = _section(run_html, "<h2>Failures", "<h2>All questions</h2>")
-    assert "<h2>Failures (3)</h2>" in failures
+    failures = _section(run_html, '<h2 id="failures">Failures', "<h2>Plots</h2>")
+    assert '<h2 id="failures">Failures (3)</h2>' in failures
     assert "FAILING question about opening hours?" in failures
     assert "MISSED chunk about prices" in failures and "second MISSED chunk" in failures
-    assert "<details>" in failures and "adiyan-office/hours.md" in failures
+    assert '<details class="fail" id="fail-q02">' in failures and "adiyan-office/hours.md" in failures  # folds open
     assert "KEYWORD-FAIL question" in failures  # hit but wrong answer still counts
     assert "PASSING question" not in failures and "PASSING chunk" not in failures
     assert "UNANSWERABLE" not in failures  # nulls are not failures
@@ -137,7 +137,7 @@ def test_user_text_is_escaped(run_html, reports):
 
 
 def test_svg_count_and_prolog_stripped(run_html, reports):
-    assert len(re.findall(r"<svg\b", run_html)) == 3
+    assert len(re.findall(r"<svg\b", run_html)) == 4  # kinds, recall against k, top-1 scores, RR per question
     index = write_index(reports).read_text(encoding="utf-8")
     assert len(re.findall(r"<svg\b", index)) == 1  # trend plot only with 2+ runs
     for html in (run_html, index):

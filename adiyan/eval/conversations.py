@@ -38,6 +38,7 @@ from ..cache import CallCache
 from ..context import answer as answer_turn
 from ..context import assemble, open_conversation_retriever
 from ..factory import describe_engines, open_llm, open_memory
+from ..generation import effective_budget
 from ..report import fmt, write_run_report
 from ..report_index import write_index
 from ..retrieval.pipeline import UnsupportedSetting
@@ -247,6 +248,7 @@ def run_conversations(settings, *, progress: bool = True, run_id: str | None = N
                     "index_reused": index.reused},
         "retrieval": {"rewrite": rewrite_mode(settings), "kb_top_k": settings.retrieval.kb_top_k,
                       "mode": settings.retrieval.mode},
+        "generation": {"context_budget": effective_budget(settings, llm) if llm is not None else None},
         "engines": describe_engines(settings, kb=kb, memory=memory),  # the KB's and mem0's Qdrant (issue 14)
         "warnings": warnings, "metrics": groups, "regression": [], "regression_failed": 0,
         "timings": {k: round(v, 3) for k, v in timings.items()},

@@ -28,10 +28,13 @@ from typing import Mapping, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from pathlib import Path
+
+from ..cache import CallCache
 from ..models import embedder_from_settings
 from . import metrics as M
 from .harness import close_index, open_index
-from .judge import (PreferencePair, calibrate, calibrate_preferences, evalset_calibration_pairs,
+from .judge import (PreferencePair, calibrate_preferences, calibrate_reusing, evalset_calibration_pairs,
                     judge_from_settings)
 from .meta_eval_method import ASPECTS, MetaInstance, metric_row, same_scores
 from .ragas_metrics import LLM_METRICS, REQUIRES, _run, canonical_metric_names, sample_indices, score_llm, score_non_llm
@@ -187,7 +190,10 @@ def _authored_calibration(settings, judge, progress):
         close_index(index)
     pairs = evalset_calibration_pairs(evalset, seed=settings.seed, n_pairs=settings.eval.judge_calibration_pairs,
                                       doc_texts=doc_texts)
-    return calibrate(judge, pairs, reliable_threshold=settings.eval.judge_reliable_agreement, progress=progress)
+    store = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "calibration") \
+        if settings.eval.judge_calibration_reuse else None
+    return calibrate_reusing(judge, pairs, store, reliable_threshold=settings.eval.judge_reliable_agreement,
+                             progress=progress, stop_when_unreachable=settings.eval.judge_calibration_early_stop)
 
 
 def not_applicable_rows(names: Sequence[str]) -> list[dict]:

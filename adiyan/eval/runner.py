@@ -32,7 +32,7 @@ from ..report import write_run_report
 from ..report_index import write_index
 from ..factory import describe_engines, open_llm, open_retriever, score_floor
 from ..retrieval.floor import floor_decision
-from ..generation import answer_question
+from ..generation import answer_question, effective_budget
 from . import metrics as M
 from .agent_eval import run_agent_eval
 from .conversations import run_conversations
@@ -45,7 +45,7 @@ from .incidents import as_dict as incident_dict
 from .incidents import incident_metrics, replay_all
 from .ir_metrics import backend as ir_backend
 from .floors import floor_effect
-from .judge import calibrate, evalset_calibration_pairs, judge_from_settings
+from .judge import calibrate_reusing, evalset_calibration_pairs, judge_from_settings
 from .ragas_metrics import score_llm, score_non_llm, summarize
 from .reliability import group_line, judged_group, warning_lines, warnings_for
 from .regression import check
@@ -113,7 +113,10 @@ def _ragas_llm(settings, es, rows, embedder, progress, doc_texts) -> dict | None
     # contexts from the gold documents, so a "correct" pair is really supported
     pairs = evalset_calibration_pairs(es, seed=settings.seed, n_pairs=settings.eval.judge_calibration_pairs,
                                       doc_texts=doc_texts)
-    cal = calibrate(judge, pairs, reliable_threshold=settings.eval.judge_reliable_agreement, progress=progress)
+    store = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "calibration") \
+        if settings.eval.judge_calibration_reuse else None
+    cal = calibrate_reusing(judge, pairs, store, reliable_threshold=settings.eval.judge_reliable_agreement,
+                            progress=progress, stop_when_unreachable=settings.eval.judge_calibration_early_stop)
     calibration_s = time.perf_counter() - t0
     ev = settings.eval
     sample = ev.judge_sample if cal.reliable or ev.judge_sample_unreliable is None else ev.judge_sample_unreliable
@@ -155,6 +158,7 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         agent_mode = settings.eval.mode == "agent"  # issue 14: the agent over the same questions (agent_eval.py)
         llm = open_llm(settings) if settings.eval.generate or agent_mode or \
             settings.retrieval.query_transform == "hyde" else None
+        budget = effective_budget(settings, llm) if llm is not None else None  # refuses a budget it cannot hold
         retriever = open_retriever(settings, kb, llm, cache=answer_cache, entry_point="invoke eval")
         qr = question_rows(index, retriever, progress=progress, desc="retrieve")
         rows = qr.rows
@@ -213,7 +217,9 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         "config_hash": settings.config_hash(),
         "config": settings.to_dict(),
         "models": {"embedder": {**embedder.describe(), "score_floor": score_floor(settings, embedder.id)},
-                   "llm": ({"id": llm.id, "context_size": llm.context_size} if llm else None),
+                   "llm": ({"id": llm.id, "context_size": llm.context_size,
+                            "kind": "generative" if getattr(llm, "generative", True) else "extractive"}
+                           if llm else None),
                    "judge": settings.eval.judge},
         "dataset": {"name": es.name, "path": str(es.root), "hash": ds_hash,
                     "n_documents": len(es.documents), "n_questions": len(es.questions),
@@ -222,6 +228,7 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
                     "documents_reingested": 0 if index.reused else index.build.get("n_changed", 0),
                     "ingest_failed": index.ingest_failures},
         "retrieval": {**retriever.describe(), "transform_failures": retriever.transform_failures},
+        "generation": {"context_budget": budget},  # configured, model window, reserves, effective (issue 25.3)
         "engines": describe_engines(settings, kb=kb),  # which Qdrant engine the KB and mem0 each used (issue 14)
         "floor": {**{k: v for k, v in floor.as_dict().items() if k != "calibration"},
                   "calibration": floor.calibration, "effect": floor_details},

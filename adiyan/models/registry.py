@@ -4,7 +4,8 @@ Embedders: ``minilm`` (the embedded default), ``mpnet``, ``nomic-embed-text`` (i
 its GGUF, or on Ollama when ``embedder.url`` is set), ``ollama:NAME``, ``openai-compatible:URL``
 (or ``openai-compatible`` with ``embedder.url``; ``embedder.model`` names the model, and a
 nomic-embed-text model gets its task prefixes), ``sentence-transformers:PATH``, ``gguf:PATH``.
-LLMs: ``smollm2`` (the embedded default), ``ollama:NAME``, ``openai-compatible:URL`` (or
+LLMs: ``extractive`` (quotes the retrieved sentences, adiyan/models/extractive.py), ``smollm2``
+(the embedded generative model), ``ollama:NAME``, ``openai-compatible:URL`` (or
 ``openai-compatible`` with ``llm.url``), ``gguf:PATH``.
 Loaded models are memoised per process: a sweep loads each model once.
 """
@@ -24,7 +25,7 @@ from .nomic_gguf import NOMIC_GGUF_SHA256
 
 EMBEDDERS = ["minilm", "mpnet", "nomic-embed-text", "ollama:NAME", "openai-compatible:URL",
              "sentence-transformers:PATH", "gguf:PATH"]
-LLMS = ["smollm2", "ollama:NAME", "openai-compatible:URL", "gguf:PATH"]
+LLMS = ["extractive", "smollm2", "ollama:NAME", "openai-compatible:URL", "gguf:PATH"]
 DEFAULT_OLLAMA_URL = "http://localhost:11434"
 
 _loaded: dict[tuple, object] = {}
@@ -95,8 +96,17 @@ def load_embedder(name: str, *, models_dir: str | os.PathLike = ".cache/adiyan/m
 
 def load_llm(name: str, *, url: str | None = None, model: str | None = None, context_size: int = 2048,
              temperature: float = 0.0, max_tokens: int = 128, seed: int = 0, timeout_s: float = 120.0,
-             api_key_env: str = "OPENAI_API_KEY"):
+             api_key_env: str = "OPENAI_API_KEY", embedder=None):
+    """The LLM named ``name``. ``extractive`` scores sentences with ``embedder`` (default: minilm,
+    uncached); a configured ``url`` (llm.url) serves ``ollama:NAME`` / ``openai-compatible``."""
     _offline_env()
+    if name in ("extractive", "smollm2") and url:
+        name = "openai-compatible"  # a configured server (llm.url) replaces both in-process answerers
+    if name == "extractive":  # cheap to build; its embedder is memoised (and the caller's cache is its own)
+        from .extractive import ExtractiveAnswerer
+
+        return ExtractiveAnswerer(embedder if embedder is not None else load_embedder("minilm"),
+                                  context_size=context_size)
     key = ("llm", name, url, model, context_size, temperature, max_tokens, seed, timeout_s, api_key_env)
     if key in _loaded:
         return _loaded[key]
@@ -136,6 +146,10 @@ def embedder_from_settings(settings, *, cached: bool = True, progress: bool = Tr
 
 def llm_from_settings(settings):
     lc = settings.llm
+    embedder = None
+    if lc.name == "extractive":  # its sentence embedder is fixed (minilm), behind the run's embedding cache
+        embedder = CachedEmbedder(load_embedder("minilm", models_dir=settings.paths.models_dir, progress=False),
+                                  EmbeddingCache(Path(settings.paths.cache_dir) / "embeddings.sqlite"), progress=False)
     return load_llm(lc.name, url=lc.url, model=lc.model, context_size=lc.context_size,
                     temperature=lc.temperature, max_tokens=lc.max_tokens, seed=lc.seed,
-                    timeout_s=lc.timeout_s, api_key_env=lc.api_key_env)
+                    timeout_s=lc.timeout_s, api_key_env=lc.api_key_env, embedder=embedder)

@@ -146,6 +146,10 @@ class Retriever:
         if config.query_transform in ("hyde", "history_llm") and llm is None:
             raise UnsupportedSetting("retrieval.query_transform=hyde", entry_point,
                                      "query_transform=hyde needs an LLM (llm.name) and none was given")
+        if config.query_transform in ("hyde", "history_llm") and getattr(llm, "generative", True) is False:
+            raise UnsupportedSetting(f"retrieval.query_transform={config.query_transform}", entry_point,
+                                     f"it needs a generative LLM to write text and llm.name={llm.id} only quotes "
+                                     "passages; set llm.name=smollm2 or a server (llm.url)")
         if config.rerank and reranker is None:
             raise UnsupportedSetting("retrieval.rerank=true", entry_point, "no re-ranker was given")
         if config.unsafe_unscoped_search and not allow_unscoped:

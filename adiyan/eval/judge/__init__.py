@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from .calibration import (
     CALIBRATION_PROMPT, DEFAULT_RELIABLE_THRESHOLD, LABELS, PREFERENCE_PROMPT, Calibration, CalibrationPair, Label,
-    PreferencePair, PreferenceVerdict, SupportVerdict, calibrate, calibrate_preferences, calibration_prompt,
+    PreferencePair, PreferenceVerdict, SupportVerdict, calibrate, calibrate_preferences, calibrate_reusing,
+    calibration_key, calibration_prompt, unreachable,
     count_statuses, judged_metric_flags, preference_prompt, wilson_interval,
 )
 from .client import (
@@ -30,7 +31,7 @@ __all__ = [
     "judge_from_settings", "parse_reply",
     # calibration
     "CALIBRATION_PROMPT", "DEFAULT_RELIABLE_THRESHOLD", "LABELS", "Calibration", "CalibrationPair", "Label",
-    "SupportVerdict", "calibrate", "calibration_prompt", "count_statuses", "judged_metric_flags", "wilson_interval",
+    "SupportVerdict", "calibrate", "calibrate_reusing", "calibration_key", "unreachable", "calibration_prompt", "count_statuses", "judged_metric_flags", "wilson_interval",
     "PREFERENCE_PROMPT", "PreferencePair", "PreferenceVerdict", "calibrate_preferences", "preference_prompt",
     # labelled pairs
     "NEGATIVE_LABELS", "candidate_pairs", "evalset_calibration_pairs", "make_calibration_pairs", "select_pairs",

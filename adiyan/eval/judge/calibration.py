@@ -15,6 +15,18 @@ gets there (40 pairs: 0.5 agreement → lower bound ≈ 0.35), a judge right on 
 reliable are to be shown as unreliable (:func:`judged_metric_flags`). The pairs are made in
 ``pairs``.
 
+Early stop (``stop_when_unreachable``, ``eval.judge_calibration_early_stop``): after each pair the
+best case is computed, every remaining pair agreeing; once even that best case's Wilson lower
+bound is under the line, the verdict "not reliable" is certain and the remaining pairs are not
+asked. The calibration then says so (``stopped_early``, ``n`` used of ``n_planned``, and the best
+case's bound), and its agreement and interval are over the ``n`` pairs used. A judge that can
+still reach the line is asked every pair: the rule never stops a judge that might pass.
+
+Reuse (:func:`calibrate_reusing`): a calibration is stored under the content of everything
+that decides it (the judge's model identity and settings, every prompt and label, the rule) and
+reused when all of it is unchanged; a calibration with a transient failure (timeout, error) is
+never stored, so an outage is not replayed.
+
 A second, human-labelled set: :func:`calibrate_preferences` asks the judge which of two answers
 is better and scores its agreement with human preferences (``adiyan meta-eval`` makes the pairs
 from RAGChecker's annotations, adiyan/eval/meta_eval.py). It is reported beside the authored
@@ -78,6 +90,10 @@ class Calibration:
     per_corruption: dict[str, dict[str, int]] = field(default_factory=dict)
     verdicts: list[dict] = field(default_factory=list)  # per pair: id, label, kind, supported|None, status
     per_kind: dict[str, dict[str, int]] = field(default_factory=dict)  # question kind -> {n, agree, ...}
+    n_planned: int | None = None  # pairs made; n < n_planned only after an early stop
+    stopped_early: bool = False
+    best_case_ci_low: float | None = None  # at the stop: the lower bound had every remaining pair agreed
+    reused: bool = False  # read back from the calibration store (calibrate_reusing), no judge call
 
     @property
     def n_agree(self) -> int:
@@ -110,8 +126,13 @@ class Calibration:
         if lo is None:
             return "judge not calibrated (no labelled pairs)"
         rel = "clears" if self.reliable else "is under"
-        return (f"judge agreement {self.agreement:.3f} on {self.n} labelled pairs, 95% CI {lo:.3f}–{hi:.3f}: "
-                f"the lower bound {rel} the {self.reliable_threshold} line")
+        out = (f"judge agreement {self.agreement:.3f} on {self.n} labelled pairs, 95% CI {lo:.3f}–{hi:.3f}: "
+               f"the lower bound {rel} the {self.reliable_threshold} line")
+        if self.stopped_early:
+            out += (f"; stopped early after {self.n} of {self.n_planned} pairs: even if all "
+                    f"{self.n_planned - self.n} remaining pairs agreed, the lower bound would be "
+                    f"{self.best_case_ci_low:.3f}, under the line")
+        return out
 
     def as_dict(self) -> dict:
         lo, hi = self.ci95
@@ -120,7 +141,10 @@ class Calibration:
                 "n": self.n, "n_agree": self.n_agree, "n_failed": self.n_failed, "reliable": self.reliable,
                 "reliable_threshold": self.reliable_threshold, "why": self.why(), "per_label": self.per_label,
                 "per_kind": self.per_kind, "per_corruption": self.per_corruption,
-                "failures": [f._asdict() for f in self.failures], "verdicts": self.verdicts}
+                "failures": [f._asdict() for f in self.failures], "verdicts": self.verdicts,
+                "n_planned": self.n if self.n_planned is None else self.n_planned,
+                "stopped_early": self.stopped_early, "best_case_ci_low": self.best_case_ci_low,
+                "reused": self.reused}
 
 
 class SupportVerdict(BaseModel):
@@ -147,12 +171,20 @@ def calibration_prompt(pair: CalibrationPair) -> str:
                                      answer=pair.answer.strip())
 
 
+def unreachable(agree: int, done: int, n_planned: int, threshold: float) -> tuple[bool, float | None]:
+    """(True, bound) when even all ``n_planned - done`` remaining pairs agreeing would leave the
+    Wilson lower bound under ``threshold``; ``bound`` is that best case's lower bound."""
+    best = wilson_interval(agree + (n_planned - done), n_planned)[0]
+    return (best is not None and best < threshold), best
+
+
 def calibrate(judge: Judge, pairs: Sequence[CalibrationPair], *,
               reliable_threshold: float = DEFAULT_RELIABLE_THRESHOLD, metric: str = "calibration",
-              progress: bool = False) -> Calibration:
+              progress: bool = False, stop_when_unreachable: bool = False) -> Calibration:
     """Score the judge on labelled pairs: agreement = fraction of pairs whose verdict matches
     the label (``supported`` for ``correct``, not supported for the other three labels);
-    failed judgements count as disagreements and are listed."""
+    failed judgements count as disagreements and are listed. ``stop_when_unreachable``: stop as
+    soon as the reliability rule can no longer be met (module docstring)."""
     per_label = {lab: {"n": 0, "agree": 0, "disagree": 0, "failed": 0} for lab in LABELS}
     per_kind: dict[str, dict[str, int]] = {}
     per_corruption: dict[str, dict[str, int]] = {}
@@ -177,10 +209,64 @@ def calibrate(judge: Judge, pairs: Sequence[CalibrationPair], *,
             b[key] += 1
         verdicts.append({"id": pair.id, "label": pair.label, "kind": pair.kind, "supported": supported,
                          "status": res.status, "cached": res.cached})
-    n = len(pairs)
+        if stop_when_unreachable and len(verdicts) < len(pairs):
+            stop, best = unreachable(sum(v["agree"] for v in per_label.values()), len(verdicts), len(pairs),
+                                     reliable_threshold)
+            if stop:
+                stopped_at = round(best, 6)
+                break
+    else:
+        stopped_at = None
+    n = len(verdicts)
     agree = sum(v["agree"] for v in per_label.values())
     return Calibration(round(agree / n, 6) if n else None, n, per_label, failures,
-                       reliable_threshold, judge.id, per_corruption, verdicts, per_kind)
+                       reliable_threshold, judge.id, per_corruption, verdicts, per_kind,
+                       n_planned=len(pairs), stopped_early=stopped_at is not None, best_case_ci_low=stopped_at)
+
+
+CALIBRATION_STORE_VERSION = "calibration-store-v1"
+TRANSIENT_STATUSES = frozenset({"timeout", "error"})
+
+
+def calibration_key(judge: Judge, pairs: Sequence[CalibrationPair], *, reliable_threshold: float,
+                    stop_when_unreachable: bool) -> dict:
+    """Everything that decides a calibration: the judge (model identity: id, weights file or
+    server, its settings and system prompt), every pair's prompt and label, the rule."""
+    import os
+
+    llm = judge.llm
+    path = getattr(llm, "path", None)
+    st = os.stat(path) if path and os.path.isfile(path) else None
+    model = {"id": judge.id, "file": [st.st_size, st.st_mtime_ns] if st else None, "path": getattr(llm, "path", None), "url": getattr(llm, "url", None),
+             "model_name": getattr(llm, "model_name", None), "seed": getattr(llm, "seed", None),
+             "context_size": getattr(llm, "context_size", None)}
+    return {"version": CALIBRATION_STORE_VERSION, "model": model, "judge": judge.describe(),
+            "system": judge.system_prompt, "schema": SupportVerdict.model_json_schema(),
+            "pairs": [[p.id, p.label, p.kind, p.corruption, calibration_prompt(p)] for p in pairs],
+            "threshold": reliable_threshold, "early_stop": bool(stop_when_unreachable)}
+
+
+def calibrate_reusing(judge: Judge, pairs: Sequence[CalibrationPair], store, *,
+                      reliable_threshold: float = DEFAULT_RELIABLE_THRESHOLD, metric: str = "calibration",
+                      progress: bool = False, stop_when_unreachable: bool = False) -> Calibration:
+    """:func:`calibrate`, reusing a stored calibration whose every input is unchanged
+    (``store``: a :class:`~adiyan.cache.CallCache`; None calibrates afresh). A judge at a
+    temperature above 0 is never reused (its verdicts are samples)."""
+    reusable = store is not None and float(getattr(judge, "temperature", 0.0) or 0.0) == 0.0
+    key = store.key(calibration_key(judge, pairs, reliable_threshold=reliable_threshold,
+                                    stop_when_unreachable=stop_when_unreachable)) if reusable else None
+    hit = store.get(key) if reusable else None
+    if hit is not None:
+        cal = Calibration(hit["agreement"], hit["n"], hit["per_label"],
+                          [JudgeFailure(**f) for f in hit["failures"]], hit["reliable_threshold"], hit["judge"],
+                          hit["per_corruption"], hit["verdicts"], hit["per_kind"], n_planned=hit["n_planned"],
+                          stopped_early=hit["stopped_early"], best_case_ci_low=hit["best_case_ci_low"], reused=True)
+        return cal
+    cal = calibrate(judge, pairs, reliable_threshold=reliable_threshold, metric=metric, progress=progress,
+                    stop_when_unreachable=stop_when_unreachable)
+    if reusable and not any(f.status in TRANSIENT_STATUSES for f in cal.failures):
+        store.put(key, cal.as_dict())
+    return cal
 
 
 def _bucket() -> dict[str, int]:

@@ -1,0 +1,295 @@
+"""The summary a run report opens on, and the failures it lists first.
+
+- **Headline metrics** with a 95% interval: a percentile bootstrap (2,000 resamples, seed 0, so
+  the page is reproducible byte for byte) over the per-question values in ``questions.jsonl``.
+  An interval is shown only when the mean of those values *is* the figure the run reported
+  (nDCG@10 and Recall@10 are recomputed here from each question's source ranking, binary
+  relevance, as ranx does); otherwise the cell says so instead of showing an interval for
+  another number.
+- **Deltas** against the previous run of the same evalset (same dataset name and hash, the
+  newest created before this one, in the same reports folder) and against the evalset's
+  baseline when one is set: ``reports/baselines.yaml`` maps an evalset name to a run id, e.g.
+  ``adiyan_full: 20261203-101500-3fa2c1``. Better / worse comes from the metric registry's
+  direction; an unreliable judge's metrics are never called either.
+- **Failures**, worst first: private leaks, gold sources missed, wrong abstentions (declined an
+  answerable question, answered an unanswerable one), answers missing their keywords.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import yaml
+from jinja2 import Environment
+from markupsafe import Markup
+
+from .eval import metrics as M
+
+BASELINES_FILE = "baselines.yaml"  # in the reports folder: {evalset name: run id}
+BOOTSTRAP = 2000
+IR_DEPTH = 10
+
+
+def fmt(v) -> str:
+    """Show numbers as the run wrote them (0.875 stays "0.875"), long floats cut to 4 places."""
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else repr(round(v, 4))
+    return str(v)
+
+
+def num(v) -> float | None:
+    """Numeric value for plotting/ranking, or None (bools and nulls are not numbers here)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return None if math.isnan(v) else float(v)
+
+
+def parse_time(s) -> datetime:
+    """created_at as an aware datetime (naive taken as UTC); unparsable sorts oldest."""
+    try:
+        t = datetime.fromisoformat(str(s))
+    except ValueError:
+        return datetime.min.replace(tzinfo=timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+# ---------------------------------------------------------------- per-question values
+
+
+def _distinct(sources) -> list[str]:
+    return list(dict.fromkeys(sources or []))
+
+
+def _ranking(q: dict) -> list[str]:
+    """The question's source ranking: the kept ranking when written, else its top k."""
+    return _distinct(q.get("ranked_sources") or [c.get("source") for c in q.get("retrieved") or []])
+
+
+def recall_at(q: dict, k: int) -> float | None:
+    gold = set(q.get("gold_sources") or [])
+    if q.get("hit") is None or not gold:
+        return None
+    return len(gold & set(_ranking(q)[:k])) / len(gold)
+
+
+def ndcg_at(q: dict, k: int) -> float | None:
+    gold = set(q.get("gold_sources") or [])
+    if q.get("hit") is None or not gold:
+        return None
+    dcg = sum(1 / math.log2(i + 2) for i, s in enumerate(_ranking(q)[:k]) if s in gold)
+    ideal = sum(1 / math.log2(i + 2) for i in range(min(len(gold), k)))
+    return dcg / ideal
+
+
+def _answerable(questions, key):
+    return [float(q[key]) for q in questions if q.get("hit") is not None and q.get(key) is not None]
+
+
+def _per_question(group: str, name: str, questions: list[dict]) -> list[float] | None:
+    """The per-question values whose mean is ``group.name``, or None when the rows do not hold them."""
+    if group == "retrieval" and name.startswith("hit_rate@"):
+        return _answerable(questions, "hit")
+    if group == "retrieval" and name.startswith("mrr@") and name != f"mrr@{IR_DEPTH}":
+        return _answerable(questions, "reciprocal_rank")
+    if group == "retrieval" and name in (f"ndcg@{IR_DEPTH}", f"recall@{IR_DEPTH}"):
+        f = ndcg_at if name.startswith("ndcg") else recall_at
+        return [v for q in questions if (v := f(q, IR_DEPTH)) is not None]
+    if group == "answer" and name == "keyword_recall":
+        return _answerable(questions, "keyword_hit")
+    if group == "answer" and name == "abstain_rate_unanswerable":
+        return [float(q["abstained"]) for q in questions if q.get("hit") is None and q.get("abstained") is not None]
+    return None
+
+
+def bootstrap_ci(values: list[float], n: int = BOOTSTRAP, seed: int = 0) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the mean (seeded: the same values give the same interval)."""
+    x = np.asarray(values, dtype=float)
+    means = x[np.random.default_rng(seed).integers(0, len(x), size=(n, len(x)))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def _headline_names(metrics: dict) -> list[tuple[str, str]]:
+    """The handful shown first, in this order, when the run has them."""
+    retrieval = list((metrics.get("retrieval") or {}))
+    first = lambda prefix: next((n for n in retrieval if n.startswith(prefix) and n != f"mrr@{IR_DEPTH}"), None)
+    wanted = [("retrieval", first("hit_rate@")), ("retrieval", first("mrr@")), ("retrieval", f"ndcg@{IR_DEPTH}"),
+              ("retrieval", f"recall@{IR_DEPTH}"), ("answer", "keyword_recall"),
+              ("answer", "abstain_rate_unanswerable"), ("privacy", "private_chunks_leaked"),
+              ("privacy", "probes_leaked"), ("ocr", "hit_rate")]
+    return [(g, n) for g, n in wanted if n and n in (metrics.get(g) or {})]
+
+
+def headline(metrics: dict, questions: list[dict]) -> list[dict]:
+    """[{group, name, value, n, ci, why}] for the headline metrics; ``ci`` only when the per-question
+    values reproduce ``value`` (``why`` says why not)."""
+    out = []
+    for g, n in _headline_names(metrics):
+        value = metrics[g][n]
+        row = {"group": g, "name": n, "value": value, "n": None, "ci": None, "why": ""}
+        vals = _per_question(g, n, questions)
+        if g == "privacy":
+            row["why"] = "a count: must be 0"
+        elif not vals:
+            row["why"] = "no per-question values in questions.jsonl"
+        elif num(value) is None or abs(sum(vals) / len(vals) - num(value)) > 5e-4:
+            row["why"] = "the per-question values do not reproduce this figure"
+        else:
+            row.update(n=len(vals), ci=bootstrap_ci(vals))
+        out.append(row)
+    return out
+
+
+# ---------------------------------------------------------------- other runs
+
+
+def _read_metrics(path: Path) -> dict | None:
+    try:
+        m = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return m if isinstance(m, dict) and isinstance(m.get("metrics"), dict) else None
+
+
+def _same_data(a: dict, b: dict) -> bool:
+    da, db = a.get("dataset") or {}, b.get("dataset") or {}
+    return isinstance(da, dict) and isinstance(db, dict) and da.get("name") == db.get("name") \
+        and da.get("hash") == db.get("hash")
+
+
+def previous_run(run_dir: Path, m: dict) -> tuple[str, dict] | None:
+    """(folder name, metrics.json) of the newest run created before this one on the same data."""
+    me = (parse_time(m.get("created_at")), str(m.get("run_id", run_dir.name)))
+    best = None
+    for p in sorted(run_dir.parent.glob("*/metrics.json")):
+        if p.parent == run_dir or (o := _read_metrics(p)) is None or not _same_data(m, o):
+            continue
+        key = (parse_time(o.get("created_at")), str(o.get("run_id", p.parent.name)))
+        if key < me and (best is None or key > best[0]):
+            best = (key, p.parent.name, o)
+    return (best[1], best[2]) if best else None
+
+
+def baseline_run(run_dir: Path, m: dict) -> tuple[str, dict | None, str] | None:
+    """(run id, its metrics.json or None, note) of the evalset's baseline, when one is set."""
+    path = run_dir.parent / BASELINES_FILE
+    name = (m.get("dataset") or {}).get("name")
+    if not path.is_file() or not name:
+        return None
+    try:
+        table = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        return (str(path.name), None, f"{path}: not valid YAML: {e}")
+    if not isinstance(table, dict) or name not in table:
+        return None
+    rid = str(table[name])
+    if rid == str(m.get("run_id")):
+        return (rid, None, "this run is the baseline")
+    o = _read_metrics(run_dir.parent / rid / "metrics.json")
+    if o is None:
+        return (rid, None, f"{path.name} names {rid}, which has no readable metrics.json here")
+    if not _same_data(m, o):
+        return (rid, None, "the baseline ran on other data (another dataset hash): no delta")
+    return (rid, o, "")
+
+
+def _unreliable(groups: dict, group: str, name: str) -> bool:
+    try:
+        judged = M.is_judged(group, name)
+    except M.UnregisteredMetric:
+        return False
+    return judged and num((groups.get("ragas_llm") or {}).get("judge_reliable")) != 1.0
+
+
+def delta(metrics: dict, other: dict | None, group: str, name: str) -> dict | None:
+    """{text, cls, title} of this run's value minus the other's, judged by the registry's direction."""
+    if other is None:
+        return None
+    raw_a, raw_b = (metrics.get(group) or {}).get(name), (other.get(group) or {}).get(name)
+    a, b = num(raw_a), num(raw_b)
+    if a is None or b is None:
+        return {"text": "—", "cls": "same", "title": "not in both runs"}
+    d = a - b
+    try:
+        direction = M.direction(group, name)
+    except M.UnregisteredMetric:
+        direction = M.NEUTRAL
+    if abs(d) < 1e-12:
+        cls = "same"
+    elif direction == M.NEUTRAL or _unreliable(metrics, group, name) or _unreliable(other, group, name):
+        cls = "neutral"
+    else:
+        cls = "better" if (d > 0) == (direction == M.HIGHER) else "worse"
+    return {"text": f"{d:+.4g}" if d else "±0", "cls": cls, "title": f"{fmt(raw_b)} → {fmt(raw_a)}"}
+
+
+# ---------------------------------------------------------------- failures
+
+REASONS = (  # (key, label), worst first
+    ("leak", "private leak"), ("gold_missed", "gold missed"), ("abstained", "declined an answerable question"),
+    ("answered", "answered an unanswerable question"), ("keywords", "answer missed its keywords"))
+
+
+def failure_reasons(q: dict) -> list[str]:
+    """The reason keys a question failed for (empty: it did not fail)."""
+    out = []
+    if q.get("leaked_private") or q.get("probe_leaked"):
+        out.append("leak")
+    if q.get("hit") is False:
+        out.append("gold_missed")
+    if q.get("hit") is not None and q.get("abstained") is True:
+        out.append("abstained")
+    if q.get("hit") is None and q.get("abstained") is False:
+        out.append("answered")
+    if q.get("keyword_hit") is False:
+        out.append("keywords")
+    return out
+
+
+def failures(questions: list[dict]) -> list[dict]:
+    """Failing questions, worst reason first (stable within a reason), each with ``reasons`` (labels)."""
+    order = {k: i for i, (k, _) in enumerate(REASONS)}
+    labels = dict(REASONS)
+    rows = [(q, r) for q in questions if (r := failure_reasons(q))]
+    rows.sort(key=lambda qr: order[qr[1][0]])
+    return [{**q, "reasons": [labels[k] for k in r], "reason_keys": r} for q, r in rows]
+
+
+def failure_counts(fails: list[dict]) -> list[tuple[str, int]]:
+    return [(label, n) for key, label in REASONS if (n := sum(key in f["reason_keys"] for f in fails))]
+
+
+# ---------------------------------------------------------------- the section
+
+TEMPLATE = """<h2 id="summary">Summary</h2>
+<p class="lede"><b>{{ ds.name or "—" }}</b> · {{ fmt(ds.n_questions) }} questions · {{ m.created_at or "—" }} · embedder {{ model("embedder") }} · llm {{ model("llm") }}{% if prev %} · previous run on the same data: <a href="../{{ prev[0] }}/report.html">{{ prev[0] }}</a> (<code>invoke compare {{ prev[0] }} {{ m.run_id }}</code>){% else %} · first run on this data here{% endif %}{% if base %} · baseline <b>{{ base[0] }}</b>{% if base[2] %} ({{ base[2] }}){% endif %}{% endif %}</p>
+<table class="headline"><tr><th>metric</th><th>value</th><th>95% interval</th><th>n</th>{% if prev %}<th>Δ previous</th>{% endif %}{% if base and base[1] %}<th>Δ baseline</th>{% endif %}</tr>
+{% for h in rows %}<tr class="hl"><th scope="row">{{ h.group }} · {{ h.name }}</th><td class="num big">{{ fmt(h.value) }}</td><td class="num">{% if h.ci %}[{{ "%.3f"|format(h.ci[0]) }}, {{ "%.3f"|format(h.ci[1]) }}]{% else %}<small>{{ h.why }}</small>{% endif %}</td><td class="num">{{ fmt(h.n) }}</td>{% if prev %}{% set d = h.d_prev %}<td class="num delta {{ d.cls }}" title="{{ d.title }}">{{ d.text }}</td>{% endif %}{% if base and base[1] %}{% set d = h.d_base %}<td class="num delta {{ d.cls }}" title="{{ d.title }}">{{ d.text }}</td>{% endif %}</tr>
+{% endfor %}</table>
+<p class="counts">{% if fails %}<a href="#failures">{{ fails|length }} failing question(s)</a>: {% for label, n in counts %}{{ n }} {{ label }}{% if not loop.last %} · {% endif %}{% endfor %}{% else %}No failing questions.{% endif %}{% if m.regression_failed %} · <b class="worse">{{ m.regression_failed }} regression case(s) below their floor</b>{% endif %}</p>
+"""
+
+_env = Environment(autoescape=True, keep_trailing_newline=True)
+_env.globals.update(fmt=fmt)
+
+
+def summary_section(run_dir: Path, m: dict, questions: list[dict], fails: list[dict]) -> Markup:
+    run_dir = Path(run_dir)
+    metrics = m.get("metrics") or {}
+    prev, base = previous_run(run_dir, m), baseline_run(run_dir, m)
+    rows = headline(metrics, questions)
+    for h in rows:
+        h["d_prev"] = delta(metrics, (prev[1].get("metrics") or {}) if prev else None, h["group"], h["name"])
+        h["d_base"] = delta(metrics, (base[1].get("metrics") or {}) if base and base[1] else None, h["group"], h["name"])
+    def model(role):
+        x = (m.get("models") or {}).get(role)
+        return x.get("id", "—") if isinstance(x, dict) else (x or "—")
+
+    return Markup(_env.from_string(TEMPLATE).render(m=m, ds=m.get("dataset") or {}, rows=rows, prev=prev, base=base,
+                                                    fails=fails, counts=failure_counts(fails), model=model))

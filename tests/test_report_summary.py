@@ -1,0 +1,118 @@
+"""The summary a run report opens on: headline metrics with intervals, deltas against the previous
+run on the same data and the baseline, failures worst first. Run folders are hand-made fixtures
+(metrics.json / questions.jsonl written here), figures checked by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from adiyan.report import write_run_report
+from adiyan.report_summary import bootstrap_ci, failures, headline, ndcg_at, recall_at
+
+DATA = {"name": "adiyan_basic", "hash": "ab" * 32, "n_questions": 5}
+
+
+def _q(qid, hit, rr, ranked, gold, **extra):
+    return {"id": qid, "question": f"question {qid}?", "kind": "lookup", "gold_sources": gold, "hit": hit,
+            "reciprocal_rank": rr, "ranked_sources": ranked,
+            "retrieved": [{"source": s, "chunk_index": 0, "score": 0.5, "text": f"CONTEXT of {qid} from {s}"}
+                          for s in ranked[:2]], **extra}
+
+
+QUESTIONS = [
+    _q("q1", True, 1.0, ["a", "b"], ["a"], keyword_hit=True, abstained=False),
+    _q("q2", False, 0.0, ["b", "c", "d", "a"], ["a"], keyword_hit=False, abstained=True),  # missed, declined
+    _q("q3", True, 0.5, ["b", "g", "h"], ["g", "h"], keyword_hit=True, abstained=False),
+    _q("q4", True, 1.0, ["a"], ["a"], keyword_hit=True, abstained=False, leaked_private=["bob/x.md#0"]),
+    _q("q5", None, None, ["a"], [], keyword_hit=None, abstained=False),  # answered an unanswerable one
+]
+
+
+def _metrics(run_id, day, hit, leaked, dataset=DATA):
+    return {"run_id": run_id, "created_at": f"2026-12-0{day}T10:00:00+00:00", "dataset": dataset,
+            "models": {"embedder": {"id": "minilm"}, "llm": {"id": "smollm2"}},
+            "metrics": {"retrieval": {"hit_rate@2": hit, "mrr@2": 0.625},
+                        "answer": {"keyword_recall": 0.75, "abstain_rate_unanswerable": 0.0},
+                        "privacy": {"private_chunks_leaked": leaked}}}
+
+
+def _write(root: Path, run_id, m, questions=QUESTIONS):
+    d = root / run_id
+    d.mkdir(parents=True)
+    (d / "metrics.json").write_text(json.dumps(m), encoding="utf-8")
+    (d / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions), encoding="utf-8")
+    return d
+
+
+def test_ranking_metrics_by_hand():
+    q3 = QUESTIONS[2]  # gold g, h at ranks 2 and 3
+    assert recall_at(q3, 1) == 0.0 and recall_at(q3, 2) == 0.5 and recall_at(q3, 3) == 1.0
+    ideal = 1 + 1 / math.log2(3)
+    assert ndcg_at(q3, 10) == pytest.approx((1 / math.log2(3) + 1 / math.log2(4)) / ideal)
+    assert ndcg_at(QUESTIONS[1], 10) == pytest.approx(1 / math.log2(5))  # a at rank 4
+    assert recall_at(QUESTIONS[4], 10) is None  # unanswerable: not in the mean
+
+
+def test_bootstrap_interval_is_seeded_and_brackets_the_mean():
+    vals = [1.0] * 30 + [0.0] * 10
+    lo, hi = bootstrap_ci(vals)
+    assert (lo, hi) == bootstrap_ci(vals)  # reproducible page
+    assert lo < 0.75 < hi and 0.55 < lo and hi < 0.9  # binomial SE ~0.068: about ±0.13
+    assert bootstrap_ci([0.5] * 8) == (0.5, 0.5)
+
+
+def test_headline_shows_an_interval_only_for_the_reported_figure():
+    m = _metrics("r", 1, 0.75, 1)["metrics"]
+    rows = {h["name"]: h for h in headline(m, QUESTIONS)}
+    assert list(rows) == ["hit_rate@2", "mrr@2", "keyword_recall", "abstain_rate_unanswerable", "private_chunks_leaked"]
+    assert rows["hit_rate@2"]["n"] == 4 and rows["hit_rate@2"]["ci"][0] <= 0.75 <= rows["hit_rate@2"]["ci"][1]
+    assert rows["mrr@2"]["ci"] is not None  # (1 + 0 + 0.5 + 1) / 4 = 0.625
+    assert rows["private_chunks_leaked"]["ci"] is None
+    # a figure the rows do not reproduce gets no interval (it would be another number's)
+    m["retrieval"]["hit_rate@2"] = 0.9
+    row = headline(m, QUESTIONS)[0]
+    assert row["ci"] is None and "do not reproduce" in row["why"]
+
+
+def test_failures_worst_first_with_their_reasons():
+    f = failures(QUESTIONS)
+    assert [x["id"] for x in f] == ["q4", "q2", "q5"]  # leak, gold missed (+ declined, keywords), answered
+    assert f[1]["reasons"] == ["gold missed", "declined an answerable question", "answer missed its keywords"]
+    assert f[2]["reasons"] == ["answered an unanswerable question"]
+
+
+def test_report_opens_on_summary_with_deltas_against_previous_and_baseline(tmp_path):
+    root = tmp_path / "reports"
+    _write(root, "r1-base", _metrics("r1-base", 1, 0.5, 0))
+    _write(root, "r2-prev", _metrics("r2-prev", 2, 1.0, 0))
+    _write(root, "r0-other-data", _metrics("r0-other-data", 3, 0.0, 0, {**DATA, "hash": "cd" * 32}))
+    run = _write(root, "r3", _metrics("r3", 4, 0.75, 1))
+    (root / "baselines.yaml").write_text("adiyan_basic: r1-base\n", encoding="utf-8")
+    html = write_run_report(run).read_text(encoding="utf-8")
+    assert html.index('<h2 id="summary">') < html.index('<h2 id="failures">') < html.index("<h2>Metrics</h2>")
+    summary = html[html.index('<h2 id="summary">'):html.index('<h2 id="failures">')]
+    # previous = the newest earlier run on the same data (not the later-dated run on other data)
+    assert 'href="../r2-prev/report.html"' in summary and "invoke compare r2-prev r3" in summary
+    assert "r0-other-data" not in summary
+    row = re.search(r"<tr class=\"hl\"><th scope=\"row\">retrieval · hit_rate@2</th>.*?</tr>", summary).group(0)
+    assert '<td class="num delta worse" title="1.0 → 0.75">-0.25</td>' in row  # vs previous: higher is better
+    assert '<td class="num delta better" title="0.5 → 0.75">+0.25</td>' in row  # vs baseline
+    leak = re.search(r"privacy · private_chunks_leaked</th>.*?</tr>", summary).group(0)
+    assert 'delta worse" title="0 → 1">+1</td>' in leak  # lower is better: a leak is worse
+    assert "3 failing question(s)" in summary and "1 private leak" in summary
+    # the failure folds open to its retrieved context
+    block = html[html.index('<details class="fail" id="fail-q2">'):]
+    block = block[:block.index("</details>")]
+    assert "CONTEXT of q2 from b" in block and "gold missed" in block
+    # the first run here has nothing to compare with; a baseline on other data is named, not subtracted
+    first = write_run_report(root / "r1-base").read_text(encoding="utf-8")
+    assert "first run on this data here" in first and "this run is the baseline" in first
+    assert "Δ previous" not in first
+    (root / "baselines.yaml").write_text("adiyan_basic: r0-other-data\n", encoding="utf-8")
+    html = write_run_report(run).read_text(encoding="utf-8")
+    assert "the baseline ran on other data" in html and "Δ baseline" not in html
