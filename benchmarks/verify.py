@@ -71,6 +71,7 @@ class Figure:
     at_least: float | None = None
     at_most: float | None = None
     why: str | None = None
+    headline: str | None = None  # a row of the README's headline table, with this text
 
     def rule(self) -> str:
         if self.expected is not None:
@@ -165,13 +166,15 @@ def load(file: Path) -> Regression:
             _fail(file, f"{where}: a numeric expected value needs a tolerance (0 for exact)")
         if (has_bound or (f.get("tolerance") or 0) != 0) and not f.get("why"):
             _fail(file, f"{where}: a tolerance or bound needs 'why'")
-        unknown = set(f) - {"label", "path", "expected", "tolerance", "at_least", "at_most", "why"}
+        unknown = set(f) - {"label", "path", "expected", "tolerance", "at_least", "at_most", "why", "headline"}
         if unknown:
             _fail(file, f"{where}: unknown keys {sorted(unknown)}")
         figures.append(Figure(label=f["label"], path=[str(p) for p in path], expected=f.get("expected"),
                               tolerance=f.get("tolerance"), at_least=f.get("at_least"), at_most=f.get("at_most"),
-                              why=f.get("why")))
+                              why=f.get("why"), headline=f.get("headline")))
     known = {"name", "title", "command", "budget", "figures", "measured", "seconds", "notes"}
+    if not isinstance(raw.get("headline_order", 0), int):
+        _fail(file, "headline_order must be an integer (the file's place in the README's headline table)")
     return Regression(name=raw["name"], file=file, title=raw.get("title") or raw["name"], command=raw["command"],
                       budget=budget, figures=figures, measured=str(raw["measured"]) if raw.get("measured") else None,
                       seconds=raw.get("seconds"), notes=raw.get("notes"),
@@ -257,7 +260,9 @@ def readme_blocks(text: str) -> dict[str, str]:
 
 
 def render_readme(text: str, regs: dict[str, Regression]) -> str:
-    """README text with every regression-table block regenerated from its file."""
+    """README text with every regression-table block (and the headline block) regenerated."""
+    text = HEADLINE.sub(lambda m: f"<!-- regression-headline -->\n{headline_table(regs)}\n"
+                                  "<!-- /regression-headline -->", text)
     def sub(m):
         name = m["name"]
         if name not in regs:
@@ -265,6 +270,21 @@ def render_readme(text: str, regs: dict[str, Regression]) -> str:
                                       f"benchmarks/regressions/{name}.yaml")
         return f"<!-- regression-table: {name} -->\n{table(regs[name])}\n<!-- /regression-table -->"
     return BLOCK.sub(sub, text)
+
+
+HEADLINE = re.compile(r"<!-- regression-headline -->\n(?P<body>.*?)<!-- /regression-headline -->", re.DOTALL)
+
+
+def headline_table(regs: dict[str, Regression]) -> str:
+    """The README's headline figures: every figure marked ``headline``, one row each, with its file."""
+    lines = ["| what | figure | measured | re-check |", "|---|---:|---|---|"]
+    for r in sorted(regs.values(), key=lambda r: (r.extra.get("headline_order", 99), r.name)):
+        for f in r.figures:
+            if f.headline:
+                slow = " (slow)" if r.budget == "slow" else ""
+                lines.append(f"| {f.headline} | {f.shown()} | {r.measured or '?'} | "
+                             f"`invoke bench --verify {r.name}`{slow} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,14 +320,15 @@ def main(argv: list[str] | None = None) -> int:
     if a.write_readme:
         for page in table_pages():
             text = page.read_text(encoding="utf-8")
-            if readme_blocks(text):
+            if readme_blocks(text) or HEADLINE.search(text):
                 try:
                     new = render_readme(text, regs)
                 except RegressionFileError as exc:
                     print(f"verify: {page.relative_to(ROOT)}: {exc}", file=sys.stderr)
                     return 2
                 page.write_text(new, encoding="utf-8")
-                print(f"verify: regenerated {len(readme_blocks(new))} blocks in {page.relative_to(ROOT)}")
+                print(f"verify: regenerated {len(readme_blocks(new)) + len(HEADLINE.findall(new))} blocks in "
+                      f"{page.relative_to(ROOT)}")
         return 0
     selected = [regs[n] for n in names] if names else [r for r in regs.values() if a.all or r.budget == "default"]
     if a.check_only:
