@@ -111,9 +111,19 @@ def sweep(c, name=None, jobs=None, force=False, set_=None, only=None, engine=Non
     c.run(f"{PY} -m adiyan.sweeps {' '.join(args)}", env=OFFLINE_ENV, pty=False)
 
 
-@task(help={"suite": "scifact | ingest | latency | cache | memory | sweep_cost | all"})
-def bench(c, suite="all"):
-    """Benchmarks: JSON in reports/benchmarks/, each with its reference measured in the same run."""
+@task(optional=["verify"], help={"suite": "scifact | ingest | latency | cache | memory | sweep_cost | quick | all",
+                                 "verify": "re-check the committed regressions (benchmarks/regressions/*.yaml): "
+                                           "every default-budget file, or NAME (comma list)",
+                                 "all": "with --verify: the slow regression files too",
+                                 "list": "with --verify: list the regression files"})
+def bench(c, suite="all", verify=None, all=False, list=False):  # noqa: A002 - option names users type
+    """Benchmarks: JSON in reports/benchmarks/, each with its reference measured in the same run;
+    --verify re-runs the committed regressions and fails on drift, naming the figure."""
+    if verify is not None or all or list:
+        names = "" if verify in (None, True, "") else f" {verify}"
+        flags = (" --all" if all else "") + (" --list" if list else "")
+        c.run(f"{PY} {ROOT / 'benchmarks' / 'verify.py'}{names}{flags}", env=OFFLINE_ENV, pty=False)
+        return
     c.run(f"{PY} {ROOT / 'benchmarks' / 'run_all.py'} --suite {suite}", env=OFFLINE_ENV, pty=False)
 
 
