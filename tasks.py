@@ -42,7 +42,8 @@ def test(c, all=False, k=None, x=False):
     """Run the test suite (default: fast tests; --all: everything, as in CI)."""
     marker = "" if all else "-m 'not slow and not reliability'"
     extra = (f" -k '{k}'" if k else "") + (" -x" if x else "")
-    c.run(f"{PY} -m pytest {marker}{extra}", env=OFFLINE_ENV, pty=False)
+    # the 25 slowest tests are printed at the end, so growth of the suite is visible (in CI too)
+    c.run(f"{PY} -m pytest --durations=25 {marker}{extra}", env=OFFLINE_ENV, pty=False)
 
 
 @task(iterable=["set_"], help={"config": "YAML config file", "set_": "override: key=value (repeatable)",
