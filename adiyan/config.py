@@ -216,6 +216,11 @@ class EvalConfig(_Section):
     judge_calibration_pairs: int = Field(40, ge=2)
     judge_metrics: list[str] = Field(default_factory=list)  # empty = every LLM-judged metric
     judge_reliable_agreement: float = Field(0.8, ge=0, le=1)  # the 95% CI's lower bound must clear it
+    # LoCoMo (eval.evalset = a LoCoMo .json, adiyan/eval/locomo): questions answered per category when
+    # eval.generate is on (a seeded sample; None = all 1,586, hours with a CPU model), and the
+    # conversations run (sample ids, e.g. [conv-26]; None = every one)
+    locomo_answer_per_category: int | None = Field(8, ge=1)
+    locomo_conversations: list[str] | None = None
 
 
 class Settings(_Section):
