@@ -33,7 +33,10 @@ import re
 import shutil
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
+
+from tqdm.auto import tqdm
 
 from ...cache import embedder_identity
 from ...factory import open_kb, open_memory, open_retriever
@@ -110,8 +113,6 @@ def memory_store(settings, ls: LocomoSet, embedder, *, progress: bool = False):
                 t0 = time.perf_counter()
                 mem = _open_memory_at(settings, kdir, embedder)
                 try:
-                    from tqdm.auto import tqdm
-
                     for t, conv in tqdm([(t, c) for c in ls.conversations for t in c.turns], desc="mem0 add",
                                         unit="turn", disable=not progress, leave=False):
                         mem.add(t.text, user_id=conv.user, created_at=t.at, role="user", infer=False,
@@ -171,8 +172,6 @@ class CandidateMemory:
         fetch = overfetch_size(k, self.memory.overfetch_factor, self.memory.overfetch_min) if use_recency else k
         if kind != "conversation" or fetch > self.depth or k < 1:
             return self.memory.search(query, user_id=user_id, k=k, kind=kind, recency=recency, now=now)
-        from datetime import datetime, timezone
-
         now_dt = parse_timestamp(now) if now is not None else datetime.now(timezone.utc)
         cands = self.candidates(query, user_id)[:fetch]
         if use_recency:

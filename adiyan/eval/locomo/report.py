@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 from jinja2 import Environment
 from markupsafe import Markup
 
@@ -25,8 +26,6 @@ SHOWN = ("reference_bm25", "reference_dense", "memory_recency", "context", "kb")
 
 def plot_recall_vs_k(tables: dict) -> Markup:
     """Overall evidence recall at k = 5, 10, 25, one line per path."""
-    import matplotlib.pyplot as plt
-
     with plt.rc_context(_RC):
         fig, ax = _figure(6.5, 3.4)
         for p in P.PATHS:

@@ -29,13 +29,15 @@ from ... import __version__
 from ...cache import CallCache
 from ...context import answer as answer_turn
 from ...context import assemble
-from ...factory import describe_engines, open_embedder, open_llm
+from ...factory import open_embedder, open_llm
 from ...report import write_run_report
 from ...report_index import write_index
 from ...retrieval.pipeline import UnsupportedSetting
 from .. import metrics as M
+from ..ragas_metrics import score_non_llm, summarize
 from . import paths as P
 from .data import CATEGORIES, LocomoSet, load_locomo
+from .report import add_section
 from .scoring import answer_score, evidence_recall, ndcg_at_k
 
 ENTRY_POINT = "invoke eval (LoCoMo)"
@@ -228,8 +230,6 @@ def answer_rows(settings, rows: list[dict], sample: list[str], llm, cache, progr
 
 def answer_metrics(settings, rows: list[dict]) -> tuple[dict, dict]:
     """(the ``locomo_answer`` group, the ``ragas`` string metrics over the answered non-adversarial rows)."""
-    from ..ragas_metrics import score_non_llm, summarize
-
     done = [r for r in rows if "answer" in r]
     g = {"f1": M.mean_or_none([r["locomo_f1"] for r in done]), "answered": len(done),
          "wiring": 1.0 if settings.llm.name == "smollm2" else 0.0}
@@ -262,8 +262,6 @@ def _warnings(settings, wiring: bool) -> list[dict]:
 
 def run_locomo(settings, *, progress: bool = True, run_id: str | None = None, incidents=None) -> Path:
     """Run LoCoMo (``eval.evalset`` a LoCoMo .json), write reports/<run-id>/ and the runs index."""
-    from .report import add_section
-
     refuse(settings)
     t_start = time.perf_counter()
     ls = load_locomo(settings.eval.evalset).select(settings.eval.locomo_conversations)
@@ -309,7 +307,8 @@ def run_locomo(settings, *, progress: bool = True, run_id: str | None = None, in
                     "evidence_unmatched": unmatched},
         "locomo": tables, "locomo_info": {**info, "ks": list(P.KS), "answered": sample,
                                           "candidate_depth": P.CANDIDATE_DEPTH},
-        "engines": describe_engines(settings.with_overrides({"store.engine": "edge"})),
+        "engines": {"knowledge_base": {"engine": "edge", "where": info.get("kb_store", "")},  # LoCoMo's own stores
+                    "memory": {"engine": "local", "where": info.get("mem0_store", ""), "used": True}, "shared": False},
         "warnings": _warnings(settings, bool(sample) and settings.llm.name == "smollm2"),
         "metrics": groups, "regression": [], "regression_failed": 0,
         "timings": {k: round(v, 3) for k, v in timings.items()},
