@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from adiyan.eval.locomo import paths as P
+
 from adiyan.eval.locomo.data import LocomoError, load_locomo
 from adiyan.eval.locomo.run import answer_sample, evaluate, locomo_tables
 from adiyan.eval.locomo.scoring import (answer_score, evidence_recall, f1_score, multi_hop_f1, ndcg_at_k,
@@ -18,6 +19,7 @@ from adiyan.eval.locomo.scoring import (answer_score, evidence_recall, f1_score,
 
 FIXTURE = Path(__file__).parent / "data" / "locomo_two_sessions.json"
 LOCOMO8 = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "locomo" / "locomo8.json"
+MODEL_DIR = Path(__file__).resolve().parents[1] / ".cache" / "adiyan" / "models"  # as conftest: shared unpacked models
 Q2_NDCG = 1 / (1 + 1 / math.log2(3))  # one of two evidence turns, at rank 1
 
 
@@ -85,19 +87,22 @@ def test_answer_sample_is_seeded_and_per_category():
 
 
 @pytest.fixture(scope="module")
-def fixture_rows(tmp_path_factory, minilm):
+def fixture_rows(tmp_path_factory):
+    """Every path on the fixture, with minilm behind the project's embedding cache (in tmp)."""
     from adiyan.config import load_settings
+    from adiyan.factory import open_embedder
 
     tmp = tmp_path_factory.mktemp("locomo")
     s = load_settings(None, {"paths.data_dir": str(tmp / "data"), "paths.cache_dir": str(tmp / "cache"),
-                             "paths.reports_dir": str(tmp / "reports"), "retrieval.use_calibrated_floors": False},
-                      environ={})
-    rows, info = evaluate(s, load_locomo(FIXTURE), minilm)
-    return s, {r["id"]: r for r in rows}, info
+                             "paths.reports_dir": str(tmp / "reports"), "paths.models_dir": str(MODEL_DIR),
+                             "retrieval.use_calibrated_floors": False}, environ={})
+    emb = open_embedder(s, progress=False)
+    rows, info = evaluate(s, load_locomo(FIXTURE), emb)
+    return s, {r["id"]: r for r in rows}, info, emb
 
 
 def test_reference_bm25_recall_on_the_two_session_conversation_by_hand(fixture_rows):
-    _, rows, _ = fixture_rows
+    _, rows, _, _ = fixture_rows
     bm = {qid: r["recall"]["reference_bm25"]["5"] for qid, r in rows.items()}
     # q1 "pixel" matches D1:1 (evidence) and D2:1; q2 "visit" matches only D2:3 of D1:3 + D2:3; q3 "recital"
     # D2:2; q4 "kitten" only D1:1, not the evidence D2:1 ("broke" is not "break"); q5 has no evidence
@@ -115,7 +120,7 @@ def test_reference_bm25_recall_on_the_two_session_conversation_by_hand(fixture_r
 def test_memory_by_similarity_and_the_kb_rank_as_exact_dense_search(fixture_rows):
     """mem0 (verbatim turns, recency off) and the knowledge base (a turn per chunk) over the same
     embedder must rank the 8 turns exactly as the exact dense index does; the context's ids are turns."""
-    _, rows, info = fixture_rows
+    _, rows, info, _ = fixture_rows
     for r in rows.values():
         dense = r["retrieved_ids"]["reference_dense"]
         assert len(dense) == 8
@@ -125,8 +130,8 @@ def test_memory_by_similarity_and_the_kb_rank_as_exact_dense_search(fixture_rows
     assert info["mem0_searches"] == 5  # one similarity search per question serves every k and recency
 
 
-def test_candidate_memory_returns_what_memory_search_returns(fixture_rows, minilm):
-    s, _, _ = fixture_rows
+def test_candidate_memory_returns_what_memory_search_returns(fixture_rows):
+    s, _, _, minilm = fixture_rows
     ls = load_locomo(FIXTURE)
     (c,) = ls.conversations
     memory, folder, built = P.memory_store(s, ls, minilm)
@@ -149,7 +154,7 @@ def test_recency_ranks_a_newer_turn_first(fixture_rows):
     """q2's evidence: D1:3 (sister, Lisbon; 59 days old) and D2:3 (visit the sister; new). With a 14-day
     half-life the older turn's weight is 0.5 ** (59.2 / 14) ~ 0.054, so no session-1 turn may outrank a
     session-2 turn of at least a fifth of its similarity: the top of the recency ranking is session 2."""
-    _, rows, _ = fixture_rows
+    _, rows, _, _ = fixture_rows
     for r in rows.values():
         assert r["retrieved_ids"]["memory_recency"][0].startswith("D2:"), r["id"]
 
