@@ -43,29 +43,6 @@ from .scoring import answer_score, evidence_recall, ndcg_at_k
 ENTRY_POINT = "invoke eval (LoCoMo)"
 ALL = "all"
 
-M.register(*[M.Metric(n, "locomo", d, lo, hi, False, desc) for n, d, lo, hi, desc in (
-    ("{path}.recall@{k}", M.HIGHER, 0.0, 1.0, "LoCoMo evidence recall: share of a question's evidence turns retrieved"),
-    ("{path}.ndcg@{k}", M.HIGHER, 0.0, 1.0, "nDCG over the evidence turns (binary gains)"),
-    ("context.recall", M.HIGHER, 0.0, 1.0, "evidence recall of the three-part context at the configured memory.top_k"),
-    ("questions", M.NEUTRAL, 0.0, None, ""), ("turns", M.NEUTRAL, 0.0, None, ""),
-    ("conversations", M.NEUTRAL, 0.0, None, ""),
-    ("mem0_search_ms", M.LOWER, 0.0, None, "mean mem0 search (similarity, to the candidate depth) per question"),
-)], *[M.Metric(n, "locomo_answer", d, lo, hi, False, desc) for n, d, lo, hi, desc in (
-    ("f1", M.HIGHER, 0.0, 1.0, "LoCoMo answer score over the answered sample (F1; adversarial: abstention)"),
-    ("f1.{category}", M.HIGHER, 0.0, 1.0, "LoCoMo answer score per category"),
-    ("abstain_rate.{category}", M.NEUTRAL, 0.0, 1.0, "answers the workbench's abstention check flags"),
-    ("answered", M.NEUTRAL, 0.0, None, "questions answered (the sample)"),
-    ("wiring", M.NEUTRAL, 0.0, 1.0, "1: the embedded model answered; the scores prove the wiring only"),
-)], *[M.Metric(n, "sweep", d, lo, hi, False, desc) for n, d, lo, hi, desc in (
-    ("memory_recall@{k}", M.HIGHER, 0.0, 1.0, "LoCoMo: evidence recall of memory search with recency"),
-    ("memory_ndcg@10", M.HIGHER, 0.0, 1.0, "LoCoMo: nDCG@10 of memory search with recency"),
-    ("similarity_recall@{k}", M.HIGHER, 0.0, 1.0, "LoCoMo: evidence recall of memory search by similarity"),
-    ("context_recall", M.HIGHER, 0.0, 1.0, "LoCoMo: evidence recall of the three-part context"),
-    ("context_recall@{k}", M.HIGHER, 0.0, 1.0, "LoCoMo: evidence recall of the context with memory.top_k=k"),
-    ("context_size", M.NEUTRAL, 0.0, None, "LoCoMo: turns in the three-part context"),
-    ("recall@10", M.HIGHER, 0.0, 1.0, "per question: evidence recall at 10"),
-)])
-
 
 def refuse(settings) -> None:
     """Settings LoCoMo cannot honour, refused by name."""
