@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -230,3 +231,36 @@ def test_invoke_eval_on_a_locomo_file_writes_the_run(make_settings, capsys):
     assert 'id="locomo"' in html and "<svg" in html and 'id="q-tiny-1.q2"' in html
     assert "http" not in html.split('id="locomo"')[1].replace("http://www.w3.org", "")  # no network assets
     assert run.name in (Path(s.paths.reports_dir) / "index.html").read_text()
+
+
+class _ScriptedLLM:
+    """Test double for control flow only: answers each fixture question with a fixed string, so the
+    answer side's sampling, scoring per category and labelling can be checked by hand."""
+
+    id = "scripted"
+    ANSWERS = {"What kind of pet is Pixel?": "kitten", "Which city is the visit to, and when?": "Lisbon",
+               "When was the recital?": "February", "What did the kitten break?": "Not mentioned in the conversation",
+               "Which colour is the favourite?": "stated"}
+
+    def chat(self, messages, **kw):
+        asked = next(q for q in self.ANSWERS if q in messages[-1].content)
+        return SimpleNamespace(text=self.ANSWERS[asked], prompt_tokens=1, completion_tokens=1)
+
+
+def test_answers_are_scored_per_category_and_labelled_wiring(fixture_rows):
+    from adiyan.eval.locomo.run import answer_metrics, answer_rows
+
+    s, _, _, emb = fixture_rows
+    ls = load_locomo(FIXTURE)
+    sample = answer_sample(ls, 8, s.seed)
+    rows, _ = evaluate(s, ls, emb, paths=("context", "kb"), keep_chunks=set(sample))
+    answer_rows(s, rows, sample, _ScriptedLLM(), None)
+    g, ragas = answer_metrics(s, rows)
+    # kitten = a kitten: 1; multi-hop "Lisbon" vs "Lisbon, May": (1 + 0) / 2; "February" vs "28 February 2023":
+    # P 1, R 1/3 -> 0.5; adversarial abstains in LoCoMo's words: 1; "stated" vs "not stated": P 1, R 1/2 -> 2/3
+    assert g["f1.single_hop"] == 1.0 and g["f1.multi_hop"] == 0.5 and g["f1.temporal"] == pytest.approx(0.5)
+    assert g["f1.adversarial"] == 1.0 and g["f1.open_domain"] == pytest.approx(2 / 3)
+    assert g["f1"] == pytest.approx((1 + 0.5 + 0.5 + 1 + 2 / 3) / 5) and g["answered"] == 5
+    assert g["wiring"] == 1.0  # llm.name is the embedded smollm2 in these settings: labelled wiring
+    assert ragas["exact_match"] == 0.0  # no answer is its reference string ("kitten" is not "a kitten")
+    assert all(r["abstained"] is False for r in rows if r["category"] != 5)
