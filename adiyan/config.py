@@ -229,6 +229,11 @@ class EvalConfig(_Section):
     judge_calibration_early_stop: bool = True
     # reuse a stored calibration when the judge, its settings, every pair and the rule are unchanged
     judge_calibration_reuse: bool = True
+    # LoCoMo (eval.evalset = a LoCoMo .json, adiyan/eval/locomo): questions answered per category when
+    # eval.generate is on (a seeded sample; None = all 1,586, hours with a CPU model), and the
+    # conversations run (sample ids, e.g. [conv-26]; None = every one)
+    locomo_answer_per_category: int | None = Field(8, ge=1)
+    locomo_conversations: list[str] | None = None
 
 
 class Settings(_Section):

@@ -315,6 +315,25 @@ REGISTRY: tuple[Metric, ...] = (
     _m("sweep", "history_kept", NEUTRAL, lo=0.0),
     _m("sweep", "history_dropped", NEUTRAL, lo=0.0),
     _m("sweep", "turn", NEUTRAL, lo=0.0),
+    # -- LoCoMo (adiyan/eval/locomo): evidence recall of each path, answers on a sample; its sweep
+    _m("locomo", "{path}.recall@{k}", HIGHER, **_UNIT, description="LoCoMo evidence recall: share of a question's evidence turns retrieved"),
+    _m("locomo", "{path}.ndcg@{k}", HIGHER, **_UNIT, description="nDCG over the evidence turns (binary gains)"),
+    _m("locomo", "context.recall", HIGHER, **_UNIT, description="evidence recall of the three-part context at the configured memory.top_k"),
+    _m("locomo", "questions", NEUTRAL, lo=0.0),
+    _m("locomo", "turns", NEUTRAL, lo=0.0),
+    _m("locomo", "conversations", NEUTRAL, lo=0.0),
+    _m("locomo", "mem0_search_ms", LOWER, lo=0.0, description="mean mem0 similarity search (to the candidate depth) per question"),
+    _m("locomo_answer", "f1", HIGHER, **_UNIT, description="LoCoMo answer score over the answered sample (F1; adversarial: abstention)"),
+    _m("locomo_answer", "f1.{category}", HIGHER, **_UNIT, description="LoCoMo answer score per category"),
+    _m("locomo_answer", "abstain_rate.{category}", NEUTRAL, **_UNIT, description="answers the workbench's abstention check flags"),
+    _m("locomo_answer", "answered", NEUTRAL, lo=0.0, description="questions answered (the sample)"),
+    _m("locomo_answer", "wiring", NEUTRAL, **_UNIT, description="1: the embedded model answered; the scores prove the wiring only"),
+    _m("sweep", "memory_recall@{k}", HIGHER, **_UNIT, description="LoCoMo: evidence recall of memory search with recency"),
+    _m("sweep", "memory_ndcg@10", HIGHER, **_UNIT, description="LoCoMo: nDCG@10 of memory search with recency"),
+    _m("sweep", "similarity_recall@{k}", HIGHER, **_UNIT, description="LoCoMo: evidence recall of memory search by similarity"),
+    _m("sweep", "context_recall", HIGHER, **_UNIT, description="LoCoMo: evidence recall of the three-part context"),
+    _m("sweep", "context_recall@{k}", HIGHER, **_UNIT, description="LoCoMo: evidence recall of the context with memory.top_k=k"),
+    _m("sweep", "context_size", NEUTRAL, lo=0.0, description="LoCoMo: turns in the three-part context"),
 )
 
 

@@ -37,6 +37,9 @@ from . import metrics as M
 from .agent_eval import run_agent_eval
 from .conversations import run_conversations
 from .evalset import is_conversation_set
+from .locomo.data import is_locomo_file
+from .locomo.run import run_locomo
+from .locomo.run import summary_lines as locomo_summary_lines
 from .arrow import write_per_question
 from .beir_protocol import beir_report, refuse_beir_protocol
 from .harness import (EVAL_REQUESTER, IR_DEPTH, close_index, open_index, question_rows,  # noqa: F401
@@ -139,6 +142,10 @@ def _incident_groups(settings, embedder, run_dir: Path) -> dict:
 
 def run_eval(settings, *, progress: bool = True, run_id: str | None = None, incidents: bool | None = None) -> Path:
     refuse_beir_protocol(settings, "invoke eval")  # eval.beir_protocol=beir needs a BEIR folder (beir_protocol.py)
+    if is_locomo_file(settings.eval.evalset):  # LoCoMo, a .json file: the memory engine on public data (locomo/)
+        replay_incidents = incidents if incidents is not None else settings.eval.incidents
+        return run_locomo(settings, progress=progress, run_id=run_id, incidents=(
+            (lambda emb, run_dir: _incident_groups(settings, emb, run_dir)) if replay_incidents else None))
     if is_conversation_set(settings.eval.evalset):  # a multi-turn set: replayed turn by turn (conversations.py)
         replay_incidents = incidents if incidents is not None else settings.eval.incidents
         return run_conversations(settings, progress=progress, run_id=run_id, incidents=(
@@ -257,6 +264,8 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
 
 def summary_lines(run_dir: Path) -> list[str]:
     m = json.loads((Path(run_dir) / "metrics.json").read_text())
+    if (m.get("dataset") or {}).get("kind") == "locomo":  # its own table: recall per path and category
+        return locomo_summary_lines(run_dir)
     lines = [f"run {m['run_id']}  config {m['config_hash'][:12]}  dataset {m['dataset']['name']} "
              f"({m['dataset']['n_questions']} questions, {m['dataset']['n_chunks']} chunks)",
              f"embedder {m['models']['embedder']['id']}  llm {(m['models']['llm'] or {}).get('id')}  "

@@ -1,0 +1,44 @@
+"""The LoCoMo experiment (notebooks/locomo.ipynb; sweep locomo): the memory engine's recency
+half-life, its top k and the history window, scored on LoCoMo's evidence recall.
+
+Each point runs the product paths of ``invoke eval`` on LoCoMo (:func:`adiyan.eval.locomo.run.evaluate`:
+the same mem0 store, built once per (file, embedder) and reused; the same candidate cache; the
+same three-part context), so a point and a run never disagree. The reference paths do not depend
+on the swept settings and are left to ``invoke eval``. ``eval.evalset`` must name a LoCoMo file
+(the sweep sets it); ``eval.locomo_conversations`` narrows it.
+"""
+
+from __future__ import annotations
+
+from ..eval.locomo import paths as P
+from ..eval.locomo.data import LocomoError, is_locomo_file, load_locomo
+from ..eval.locomo.run import evaluate, locomo_tables
+from ..factory import open_embedder
+from .common import PointResult
+
+SWEPT_PATHS = ("memory_similarity", "memory_recency", "context")
+
+
+def evaluate_locomo(settings, *, progress: bool = False) -> PointResult:
+    """Memory search (similarity, recency) and the three-part context on LoCoMo under ``settings``."""
+    if not is_locomo_file(settings.eval.evalset):
+        raise LocomoError(f"eval.evalset={settings.eval.evalset}: the LoCoMo experiment needs a LoCoMo .json file "
+                          "(e.g. ../shared/datasets/locomo/locomo8.json)")
+    ls = load_locomo(settings.eval.evalset).select(settings.eval.locomo_conversations)
+    embedder = open_embedder(settings, progress=progress)
+    rows, info = evaluate(settings, ls, embedder, paths=SWEPT_PATHS, progress=progress)
+    t = locomo_tables(rows, SWEPT_PATHS)
+    metrics = {f"memory_recall@{k}": t["memory_recency"][f"recall@{k}"]["all"] for k in P.KS}
+    metrics["memory_ndcg@10"] = t["memory_recency"]["ndcg@10"]["all"]
+    metrics["similarity_recall@10"] = t["memory_similarity"]["recall@10"]["all"]
+    metrics.update({f"context_recall@{k}": t["context"][f"recall@{k}"]["all"] for k in P.KS})
+    metrics["context_recall"] = t["context_configured"]["recall"]["all"]
+    metrics["context_size"] = sum(len(r["context_ids"]) for r in rows) / len(rows)
+    per_q = [{"qid": r["id"], "category": r["category_name"], "recall@10": r["recall"]["memory_recency"]["10"],
+              "context_recall": r["context_recall"]} for r in rows]
+    return PointResult(metrics, per_q, {
+        "conversations": len(ls.conversations), "questions": len(rows), "locomo": str(ls.path),
+        "locomo_hash": ls.content_hash(), "embedder": embedder.id, "half_life_days": settings.memory.half_life_days,
+        "memory_top_k": settings.memory.top_k, "history_window": settings.conversation.history_window,
+        "per_category": {p: t[p] for p in SWEPT_PATHS}, "context_configured": t["context_configured"],
+        "mem0_searches": info.get("mem0_searches"), "timings": info.get("timings")})
