@@ -29,7 +29,7 @@ _TIME = re.compile(r"\b(?:[01]?\d|2[0-3])[:.][0-5]\d(?:\s?[ap]\.?m\.?)?(?![\d])"
 _YEAR = re.compile(r"\b(?:1[5-9]\d\d|20\d\d)s?\b")
 _CODE = re.compile(r"\b(?=[A-Z0-9-]*[A-Z])(?=[A-Z0-9-]*\d)[A-Z0-9]+(?:-[A-Z0-9]+)+\b|\b[A-Z]{2,}\d+[A-Z0-9]*\b")
 _QTY = re.compile(rf"(?<![\w.])[$€£]?\d[\d,]*(?:\.\d+)?\s?(?:{UNITS})(?![\w])")
-_NUM = re.compile(r"(?<![\w.,:-])\d[\d,]*(?:\.\d+)?(?![\w%])")
+_NUM = re.compile(r"(?<![\w.,:\[-])\d[\d,]*(?:\.\d+)?(?![\w%\]])")
 _ENTITY = re.compile(r"\b[A-Z][\w'’-]*[a-z][\w'’-]*(?:\s+(?:of|de|van|von|the|and|du|la|del)?\s*[A-Z][\w'’-]*)*")
 _SENT = re.compile(r"(?<=[.!?])[\"'”’)]?\s+(?=[\"'“‘(]?[A-Z0-9])")
 _WORD = re.compile(r"[^\W_]+(?:[-'][^\W_]+)*")
@@ -107,9 +107,25 @@ def sentences(body: str, *, min_chars: int = 30, max_chars: int = 320) -> list[s
         s = re.sub(r"^(?:[-*+•]|\d+[.)])\s+", "", s).replace("**", "").replace("__", "")
         for piece in _SENT.split(s):
             piece = piece.strip()
-            if min_chars <= len(piece) <= max_chars and len(_WORD.findall(piece)) >= 5:
+            if min_chars <= len(piece) <= max_chars and is_prose(piece):
                 out.append(piece)
     return out
+
+
+_MARKUP = re.compile(r"\]\(|\$\$|</?[a-zA-Z]|\\[_a-zA-Z]|\. \. \.|\.{4,}|&#|\{|\}|\[\^")
+_LATIN_WORD = re.compile(r"\b[A-Za-z][a-z]+\b")
+
+
+def is_prose(text: str) -> bool:
+    """A sentence worth asking about: at least 5 Latin-script words (the wh-phrases are English) making
+    up most of it, no markup (links, LaTeX, HTML tags, escapes, table-of-contents dot leaders)."""
+    if _MARKUP.search(text):
+        return False
+    words = _WORD.findall(text)
+    latin = _LATIN_WORD.findall(text)
+    if len(latin) < 5 or len(latin) < 0.6 * len(words):
+        return False
+    return sum(ch.isalpha() or ch.isspace() for ch in text) >= 0.8 * len(text)
 
 
 def _unit_of(span: str) -> str:
@@ -131,6 +147,9 @@ def spans(sentence: str) -> list[tuple[str, str, int]]:
 
     for rx, kind in ((_DATE, "date"), (_TIME, "time"), (_CODE, "code"), (_YEAR, "year"), (_QTY, "quantity"), (_NUM, "number")):
         for m in rx.finditer(sentence):
+            if kind == "number" and len(m.group(0).replace(",", "").split(".")[0]) < 2:
+                taken.append((m.start(), m.end()))  # a single digit: a list number or a count too vague to ask
+                continue
             add(m, kind)
     for m in _ENTITY.finditer(sentence):
         text = m.group(0).strip()

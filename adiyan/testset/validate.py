@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -144,6 +145,7 @@ def run_corpus(settings, corpus: str, out: Path, *, n: int, seed: int, panel: di
         finally:
             close_index(index)
         timing[name] = round(time.perf_counter() - tc, 1)
+        print(f"[testset validate] {corpus} {name}: {timing[name]} s", file=sys.stderr, flush=True)
     return {"corpus": corpus, "human_set": str(hpath), "generated_set": str(gen_dir),
             "human_questions": len(next(iter(scores["human"]["hit@4"].values()))),
             "generated_questions": len(next(iter(scores["generated"]["hit@4"].values()))),
@@ -212,7 +214,7 @@ def run_validation(settings, corpora: list[str], out: Path, *, n: int = 300, see
             raw = run_corpus(settings, corpus, out, n=n, seed=seed, panel=PANELS[panel], progress=progress)
             raw["key"] = key
             rawf.write_text(json.dumps(raw), encoding="utf-8")
-        summary = {k: v for k, v in raw.items() if k not in ("scores", "gen_kind", "key")}
+        summary = {**{k: v for k, v in raw.items() if k not in ("scores", "gen_kind", "key")}, "panel": panel}
         result["corpora"][corpus] = {**summary, **analyse(raw, n_boot=n_boot, seed=seed)}
     prev.write_text(json.dumps(result, indent=2), encoding="utf-8")
     (out / "validate.md").write_text(markdown(result), encoding="utf-8")
@@ -224,25 +226,24 @@ def _f(x, nd=3) -> str:
 
 
 def summary_lines(result: dict) -> list[str]:
-    lines = [f"testset validate ({result['panel']} panel, {len(result['panel_configs'])} configurations, "
-             f"n={result['n']}, seed {result['seed']}):"]
+    lines = [f"testset validate (n={result['n']}, seed {result['seed']}):"]
     for corpus, r in result["corpora"].items():
         parts = [f"{m} tau {_f(v['tau'], 2)} [{_f(v['ci95'][0], 2)}, {_f(v['ci95'][1], 2)}]"
                  for m, v in r["metrics"].items()]
-        lines.append(f"  {corpus:12} human {r['human_questions']:4} q, generated {r['generated_questions']:4} q: "
+        lines.append(f"  {corpus:12} [{r.get('panel', result['panel'])}, {len(r['configs'])} configs] "
+                     f"human {r['human_questions']:4} q, generated {r['generated_questions']:4} q: "
                      + "; ".join(parts))
     return lines
 
 
 def markdown(result: dict) -> str:
     lines = ["# Generated vs human evalsets: do they rank retrieval configurations alike?", "",
-             f"Measured {result['measured_at']}: panel `{result['panel']}` ({len(result['panel_configs'])} "
-             f"configurations), {result['n']} generated questions per corpus (kinds {', '.join(result['kinds'])}), "
+             f"Measured {result['measured_at']} (last run: panel `{result['panel']}`), {result['n']} generated questions per corpus (kinds {', '.join(result['kinds'])}), "
              f"seed {result['seed']}, {result['bootstrap']} bootstrap resamples over questions.", "",
-             "| corpus | human q | generated q | " + " | ".join(f"tau {m} [95% CI]" for m in METRICS) + " |",
-             "|---|---|---|" + "---|" * len(METRICS)]
+             "| corpus | panel | human q | generated q | " + " | ".join(f"tau {m} [95% CI]" for m in METRICS) + " |",
+             "|---|---|---|---|" + "---|" * len(METRICS)]
     for corpus, r in result["corpora"].items():
-        lines.append(f"| {corpus} | {r['human_questions']} | {r['generated_questions']} | " + " | ".join(
+        lines.append(f"| {corpus} | {r.get('panel', result['panel'])} ({len(r['configs'])}) | {r['human_questions']} | {r['generated_questions']} | " + " | ".join(
             f"{_f(r['metrics'][m]['tau'], 2)} [{_f(r['metrics'][m]['ci95'][0], 2)}, {_f(r['metrics'][m]['ci95'][1], 2)}]"
             for m in METRICS) + " |")
     for corpus, r in result["corpora"].items():
