@@ -126,7 +126,15 @@ def run_corpus(settings, corpus: str, out: Path, *, n: int, seed: int, panel: di
     gen_kind = {q.id: q.kind for q in generated.questions}
     scores = {"human": {m: {} for m in METRICS}, "generated": {m: {} for m in METRICS}}
     timing = {}
+    partial = out / "raw" / f"{corpus}.partial.json"  # per-configuration progress: an interrupted run resumes
+    pkey = {"panel": panel, "n": n, "seed": seed, "questions": generated.content_hash()}
+    if partial.is_file():
+        old = json.loads(partial.read_text(encoding="utf-8"))
+        if old.get("key") == pkey:
+            scores, timing = old["scores"], old["timing"]
     for name, over in panel.items():
+        if name in timing:
+            continue
         d = settings.model_dump()
         for key, value in {**_BASE, **over}.items():
             section, field = key.split(".", 1)
@@ -146,6 +154,7 @@ def run_corpus(settings, corpus: str, out: Path, *, n: int, seed: int, panel: di
             close_index(index)
         timing[name] = round(time.perf_counter() - tc, 1)
         print(f"[testset validate] {corpus} {name}: {timing[name]} s", file=sys.stderr, flush=True)
+        partial.write_text(json.dumps({"key": pkey, "scores": scores, "timing": timing}), encoding="utf-8")
     return {"corpus": corpus, "human_set": str(hpath), "generated_set": str(gen_dir),
             "human_questions": len(next(iter(scores["human"]["hit@4"].values()))),
             "generated_questions": len(next(iter(scores["generated"]["hit@4"].values()))),
