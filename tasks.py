@@ -112,6 +112,35 @@ def sweep(c, name=None, jobs=None, force=False, set_=None, only=None, engine=Non
     c.run(f"{PY} -m adiyan.sweeps {' '.join(args)}", env=OFFLINE_ENV, pty=False)
 
 
+@task(positional=["action", "docs"], iterable=["set_", "kinds", "private", "exclude", "corpus"],
+      help={"action": "generate | validate", "docs": "generate: documents folder, file or evalset folder",
+            "out": "generate: the evalset folder to write (evalsets/NAME)", "n": "questions (per corpus for validate)",
+            "kinds": "generate: kinds (repeatable or comma-separated)", "seed": "generation seed",
+            "owner": "generate: owner of the documents", "visibility": "generate: global | private",
+            "private": "generate: GLOB=OWNER makes matching documents private (repeatable)",
+            "link": "generate: symlink documents instead of copying", "exclude": "generate: leave out GLOB (repeatable)", "corpus": "validate: xquad | clapnq | "
+            "adiyan_full | scifact (repeatable; default all)", "panel": "validate: standard | quick",
+            "set_": "override: key=value (repeatable)", "config": "YAML config file", "quiet": "no progress bars"})
+def testset(c, action, docs=None, out=None, n=None, kinds=None, seed=None, owner=None, visibility=None, private=None,
+            exclude=None, link=False, corpus=None, panel=None, set_=None, config=None, quiet=False):
+    """Generate an evalset from your documents, or validate generated sets against human ones (docs/testset.md)."""
+    if action == "generate":
+        args = [f"testset generate '{docs}' --out '{out}'"] if docs and out else ["testset generate --help"]
+        args += [f"--kinds {k}" for k in kinds or []] + [f"--private '{p}'" for p in private or []] + [
+            f"--exclude '{x}'" for x in exclude or []]
+        for flag, value in (("--owner", owner), ("--visibility", visibility)):
+            if value:
+                args.append(f"{flag} {value}")
+        if link:
+            args.append("--link")
+    elif action == "validate":
+        args = ["testset validate"] + [f"--corpus {x}" for x in corpus or []] + ([f"--panel {panel}"] if panel else [])
+    else:
+        raise SystemExit(f"invoke testset: action must be generate or validate, not {action!r}")
+    args += ([f"--n {n}"] if n else []) + ([f"--seed {seed}"] if seed is not None else []) + (["--quiet"] if quiet else [])
+    _cli(c, " ".join(args), config, set_)
+
+
 @task(optional=["verify"], help={"suite": "scifact | ingest | latency | cache | memory | sweep_cost | quick | all",
                                  "verify": "re-check the committed regressions (benchmarks/regressions/*.yaml): "
                                            "every default-budget file, or NAME (comma list)",

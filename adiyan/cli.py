@@ -29,6 +29,7 @@ from .models.check import check_models
 from .report_index import write_index
 from .retrieval.floor import FLOORS_FILE, save_floor
 from .retrieval.pipeline import UnsupportedSetting
+from .testset.cli import add_testset_parser
 
 
 def _settings(args):
@@ -340,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     pme.add_argument("--write-registry", action="store_true", help="also write adiyan/eval/human_correlation.yaml")
     pme.add_argument("--quiet", action="store_true")
     pme.set_defaults(fn=cmd_meta_eval)
+    add_testset_parser(sub)  # adiyan testset generate | validate (adiyan/testset/cli.py)
     args = p.parse_args(argv)
     try:
         return args.fn(args)
