@@ -36,7 +36,7 @@ LAYERS = {
     "adiyan.agent": 6, "adiyan.ask": 6,
     "adiyan.report": 7, "adiyan.report_index": 7, "adiyan.report_agent": 7, "adiyan.report_summary": 7,
     "adiyan.eval": 8,
-    "adiyan.experiments": 9,
+    "adiyan.experiments": 9, "adiyan.testset": 9,
     "adiyan.sweeps": 10,
     "adiyan.integrations": 11,
     "adiyan.cli": 12,

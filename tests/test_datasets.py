@@ -32,12 +32,13 @@ def test_evalset_dataset_has_one_row_per_question_with_its_fields(tmp_path):
     assert isinstance(ds, datasets.Dataset)
     assert ds.num_rows == len(es.questions) == 48
     assert ds.column_names == ["id", "question", "gold_answer", "gold_sources", "answer_keywords", "kind",
-                               "requester", "extra"]
+                               "requester", "extra", "gold_grades"]
     for row, q in zip(ds, es.questions):
         assert (row["id"], row["question"], row["gold_answer"], row["kind"], row["requester"]) == \
             (q.id, q.question, q.gold_answer, q.kind, q.requester)
         assert row["gold_sources"] == q.gold_sources and row["answer_keywords"] == q.answer_keywords
         assert json.loads(row["extra"]) == q.extra
+        assert json.loads(row["gold_grades"]) == q.gold_grades == {}  # adiyan_full's relevance is binary
     # private questions keep their requester, probes their extra field
     assert any(r["requester"] for r in ds) and any("probe_private" in json.loads(r["extra"]) for r in ds)
     # Arrow on disk, memory-mapped (not an in-memory table)

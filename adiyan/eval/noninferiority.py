@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+from .ir_metrics import per_query
 
 MARGIN = 0.01  # one point of nDCG@10: the benchmarks' stated non-inferiority margin
 ALPHA = 0.05
@@ -63,8 +64,6 @@ def runs_non_inferiority(qrels, runs: Mapping[str, dict], baseline: str, metric:
                          margin: float = MARGIN, **kw) -> dict[str, dict]:
     """Every run of ``runs`` but ``baseline``, tested for non-inferiority to it on ``metric``,
     over the judged queries (a query a run left out scores 0, as in :func:`per_query`)."""
-    from .ir_metrics import per_query
-
     base = per_query(qrels, runs[baseline], metric)
     out = {}
     for name, run in runs.items():

@@ -22,6 +22,7 @@ from .embedders import (NOMIC_ID, NOMIC_PREFIXES, LlamaCppEmbedder, OllamaEmbedd
                         SentenceTransformerEmbedder)
 from .llms import LlamaCppLLM, OllamaLLM, OpenAICompatibleLLM
 from .nomic_gguf import NOMIC_GGUF_SHA256
+from .extractive import ExtractiveAnswerer
 
 EMBEDDERS = ["minilm", "mpnet", "nomic-embed-text", "ollama:NAME", "openai-compatible:URL",
              "sentence-transformers:PATH", "gguf:PATH"]
@@ -103,8 +104,6 @@ def load_llm(name: str, *, url: str | None = None, model: str | None = None, con
     if name in ("extractive", "smollm2") and url:
         name = "openai-compatible"  # a configured server (llm.url) replaces both in-process answerers
     if name == "extractive":  # cheap to build; its embedder is memoised (and the caller's cache is its own)
-        from .extractive import ExtractiveAnswerer
-
         return ExtractiveAnswerer(embedder if embedder is not None else load_embedder("minilm"),
                                   context_size=context_size)
     key = ("llm", name, url, model, context_size, temperature, max_tokens, seed, timeout_s, api_key_env)

@@ -8,6 +8,9 @@ from pathlib import Path
 from ..config import load_settings, parse_set
 from ..eval.evalset import EvalsetError
 from ..retrieval.pipeline import UnsupportedSetting
+from .corpus import list_documents
+from .generate import generate, write_evalset
+from .validate import CORPORA, run_validation, summary_lines
 
 # what generation reads: where the caches are, the parser, the chunker, the embedder (near-duplicates,
 # reachability); any other --set would be reported as if it had shaped the set
@@ -25,8 +28,6 @@ def _settings(args, sections=None):
 
 
 def cmd_generate(args) -> int:
-    from .corpus import list_documents  # noqa: PLC0415 - heavy imports only when generating
-    from .generate import generate, write_evalset
 
     s = _settings(args, GENERATE_SECTIONS)
     kinds = [k.strip() for item in args.kinds or [] for k in item.split(",") if k.strip()] or None
@@ -52,7 +53,6 @@ def cmd_generate(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from .validate import CORPORA, run_validation, summary_lines  # noqa: PLC0415
 
     s = _settings(args)
     corpora = [c.strip() for item in args.corpus or [] for c in item.split(",") if c.strip()] or list(CORPORA)

@@ -41,6 +41,8 @@ from ..eval.evalset import EvalsetError
 from . import rules as R
 from .corpus import Corpus, CorpusChunk, CorpusDocument, load_corpus
 from .reach import Reach
+from ..factory import open_embedder
+from .report import markdown_report
 
 ALL_KINDS = ("lookup", "paraphrase", "multi_hop", "in_document", "unanswerable", "private")
 WEIGHTS = {"lookup": 3, "paraphrase": 3, "multi_hop": 1, "in_document": 1, "unanswerable": 1, "private": 1}
@@ -221,8 +223,6 @@ class Generated:
 def generate(settings, documents, *, n: int = 100, kinds: list[str] | None = None, seed: int = 0,
              embedder=None, dup_cosine: float = 0.95, reach_check: bool = True, progress: bool = False) -> Generated:
     """Generate up to ``n`` questions over ``documents`` (from :func:`corpus.list_documents`)."""
-    from ..factory import open_embedder  # noqa: PLC0415 - the model loads only when generating
-
     embedder = embedder if embedder is not None else open_embedder(settings, progress=progress)
     corpus = load_corpus(settings, documents, embedder=embedder)
     if not corpus.documents:
@@ -366,7 +366,6 @@ def write_evalset(gen: Generated, out: str | Path, *, name: str | None = None, l
         for row in gen.questions:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     (tmp / "report.json").write_text(json.dumps(gen.report, indent=2, ensure_ascii=False), encoding="utf-8")
-    from .report import markdown_report  # noqa: PLC0415
 
     (tmp / "report.md").write_text(markdown_report(gen.report, name), encoding="utf-8")
     shutil.rmtree(out, ignore_errors=True)

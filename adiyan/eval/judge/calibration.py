@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, StrictBool
 from tqdm.auto import tqdm
 
 from .client import Judge, JudgeFailure, JudgeResult, _excerpt
+import os
 
 DEFAULT_RELIABLE_THRESHOLD = 0.8
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
@@ -232,8 +233,6 @@ def calibration_key(judge: Judge, pairs: Sequence[CalibrationPair], *, reliable_
                     stop_when_unreachable: bool) -> dict:
     """Everything that decides a calibration: the judge (model identity: id, weights file or
     server, its settings and system prompt), every pair's prompt and label, the rule."""
-    import os
-
     llm = judge.llm
     path = getattr(llm, "path", None)
     st = os.stat(path) if path and os.path.isfile(path) else None
