@@ -62,7 +62,8 @@ class LlamaCppLLM:
             from llama_cpp import LlamaGrammar
 
             try:
-                self._grammars[key] = LlamaGrammar.from_json_schema(key, verbose=False)
+                # the schema's own key order: properties are written in the order they are declared
+                self._grammars[key] = LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
             except Exception as exc:  # noqa: BLE001 - the converter raises assorted errors
                 raise ModelError(f"{self.id}: cannot compile the JSON schema to a grammar: "
                                  f"{type(exc).__name__}: {exc}") from exc
