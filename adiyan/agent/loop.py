@@ -136,7 +136,8 @@ class Agent:
         visible = {t.name: t for t in self.visible_tools()}
         default = self.default_action(route, question, pad, done_calls)
         t0 = time.perf_counter()
-        reply = chat_json(self.llm, messages, action_schema(visible.values()), name="agent_action",
+        schema = action_schema(visible.values(), max_tokens=self.decision_max_tokens)
+        reply = chat_json(self.llm, messages, schema, name="agent_action",
                           max_tokens=self.decision_max_tokens, temperature=self.settings.llm.temperature)
         tr.decision_latency_s = time.perf_counter() - t0
         tr.prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else \

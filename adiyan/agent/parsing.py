@@ -190,18 +190,22 @@ def parse_action(text: str, tools: Mapping[str, ToolSpec], *, question: str = ""
 
 # -- structured actions (issue 25): the reply held to a JSON schema by the backend ----------------
 
-ARG_MAX_CHARS = {"answer": 300}  # every other argument: 200 characters (a query, a source path)
+ACTION_OVERHEAD_TOKENS = 48  # the JSON around the arguments, whitespace included
 
 
-def action_schema(tools) -> dict:
+def action_schema(tools, *, max_tokens: int = 160) -> dict:
     """The JSON schema of one action over ``tools`` (the tier's visible tools, in order):
     ``{"action": {"tool": <one tool's name>, "args": <that tool's arguments>}}``. One alternative
     per tool, so a tool name outside the tier cannot be written and each tool's arguments are its
     own (every argument a non-empty string, no other key: the model can never pass an identity).
-    The root is an object (OpenAI's structured outputs refuse a root ``anyOf``)."""
+    The root is an object (OpenAI's structured outputs refuse a root ``anyOf``).
+
+    The arguments' ``maxLength`` keeps the whole action within ``max_tokens`` (a character can be
+    a token: digits are), so a grammar-held reply is closed before the token limit cuts it."""
     alternatives = []
     for t in tools:
-        props = {p: {"type": "string", "minLength": 1, "maxLength": ARG_MAX_CHARS.get(p, 200)} for p in t.params}
+        room = max(16, (max_tokens - ACTION_OVERHEAD_TOKENS) // max(1, len(t.params)))
+        props = {p: {"type": "string", "minLength": 1, "maxLength": room} for p in t.params}
         alternatives.append({"type": "object",
                              "properties": {"tool": {"type": "string", "enum": [t.name]},
                                             "args": {"type": "object", "properties": props,
