@@ -181,7 +181,8 @@ class OpenAICompatibleLLM:
     def chat_structured(self, messages, schema: dict, *, name: str = "reply", max_tokens=None,
                         temperature=None) -> Completion:
         """One reply held to ``schema`` by ``response_format``: ``json_schema`` (the OpenAI API), or,
-        on a server that answers it with HTTP 400 / 422, llama-cpp-python's ``json_object`` with a
+        on a server that refuses it (HTTP 400 / 422, or a 500 naming ``response_format``, as
+        llama-cpp-python's server does), llama-cpp-python's ``json_object`` with a
         ``schema``; a server that refuses both is asked in free text from then on (mode ``none``),
         and ``format_refusals`` keeps what it said. The reply's ``raw["_structured_mode"]`` names
         the format used."""
@@ -193,7 +194,8 @@ class OpenAICompatibleLLM:
             try:
                 out = self._create(messages, max_tokens, temperature, fmt)
             except ModelResponseError as exc:
-                if " HTTP 400" not in str(exc) and " HTTP 422" not in str(exc):
+                msg = str(exc)  # llama-cpp-python's server answers HTTP 500 naming the field it refused
+                if not (" HTTP 400" in msg or " HTTP 422" in msg or (" HTTP 500" in msg and "response_format" in msg)):
                     raise
                 self.format_refusals.append(f"{kind}: {exc}"[:300])
                 self._formats.pop(0)
