@@ -66,6 +66,10 @@ class LLMConfig(_Section):
     seed: int = 0
     context_size: int = Field(2048, ge=256)
     timeout_s: float = Field(120.0, gt=0)
+    # Calls that expect structure (agent actions, judge verdicts): auto = held to their JSON schema
+    # by the backend's own mechanism (llama.cpp grammar, response_format, Ollama format); none =
+    # free text parsed afterwards (adiyan/models/structured.py). Applies to the judge's model too.
+    structured: Literal["auto", "none"] = "auto"
 
 
 class StoreConfig(_Section):

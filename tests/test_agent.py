@@ -55,7 +55,7 @@ class ScriptedLLM:
     def chat(self, messages, *, max_tokens=None, temperature=None) -> Completion:
         msgs = as_messages(messages)
         prompt = "\n".join(m["content"] for m in msgs)
-        if "Action Input:" in msgs[0]["content"]:
+        if "Tools:\n" in msgs[0]["content"]:  # the decision prompt
             self.decision_prompts.append(prompt)
             text = self.decide(len(self.decision_prompts), prompt)
         else:
@@ -147,7 +147,7 @@ def test_unparseable_replies_fall_back_to_search_then_finish(kb):
     res = Agent(llm, kb, settings=kb.settings, tier="guest", requester_id="bob").run(QUESTION)
     assert [s.tool for s in res.steps] == ["search_kb", "finish"]
     assert res.steps[0].args == {"query": QUESTION}
-    assert all(not s.parse_ok and s.action_source == "fallback" and "unparseable" in s.note for s in res.steps)
+    assert all(not s.parse_ok and s.action_source == "default" and "unparseable" in s.note for s in res.steps)
     assert res.stopped_reason == "finished" and res.answer == "scripted answer"
 
 
@@ -156,7 +156,7 @@ def test_finish_before_evidence_is_overridden_and_ungrounded_answers_are_replace
               2: 'Action: finish\nAction Input: {"answer": "It costs 2200 euros."}'}
     llm = ScriptedLLM(lambda n, _: script[n], answer="It costs 450 euros per person.")
     res = Agent(llm, kb, settings=kb.settings, tier="guest", requester_id="bob").run(QUESTION)
-    assert res.steps[0].tool == "search_kb" and res.steps[0].action_source == "override"
+    assert res.steps[0].tool == "search_kb" and res.steps[0].action_source == "default"
     assert res.steps[1].tool == "finish"
     assert res.answer == "It costs 450 euros per person." and res.answer_source == "scratchpad"
     assert res.synthesis["rejected_model_answer"] == "It costs 2200 euros."

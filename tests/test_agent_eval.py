@@ -110,11 +110,11 @@ def test_agent_metrics_by_hand():
 def test_agent_section_shows_the_trace_and_escapes_it(tmp_path):
     t = _run("q1", [1.0], ["search_kb", "finish"])
     t["runs"][0]["steps"] = [
-        {"step": 1, "tool": "search_kb", "args": {"query": "<b>price</b>"}, "action_source": "fallback",
+        {"step": 1, "tool": "search_kb", "args": {"query": "<b>price</b>"}, "action_source": "default",
          "note": None, "authorized": True, "summary": "2 chunk(s): office/price_list.md#2 (0.61)",
          "scratchpad": "Findings:\n- [office/price_list.md#2] 450 euros", "scratchpad_tokens": 12,
          "scratchpad_trimmed": True},
-        {"step": 2, "tool": "finish", "args": {"answer": ""}, "action_source": "fallback", "note": None,
+        {"step": 2, "tool": "finish", "args": {"answer": ""}, "action_source": "default", "note": None,
          "authorized": True}]
     t.update(question="How much?", requester="eval-user", kind="lookup")
     (tmp_path / TRACES_FILE).write_text(json.dumps(t) + "\n")

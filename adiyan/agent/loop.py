@@ -17,10 +17,11 @@ from typing import Callable, Mapping
 from ..generation import NO_CONTEXT_ANSWER, answer_question, approx_tokens
 from ..kb import DocumentNotFound
 from ..models.base import ChatMessage
+from ..models.structured import chat_json
 from ..retrieval.pipeline import Retriever, UnsupportedSetting
 from ..types import RetrievedChunk
 from .compaction import _FIGURE, _content_words, _short, compact
-from .parsing import ParsedAction, parse_action
+from .parsing import ParsedAction, action_schema, parse_action, parse_structured_action
 from .policy import (
     DEFAULT_TIER, GENERAL_REASONING, KB_READ, KB_READ_FULL_TEXT, MEMORY_READ, TIERS, AuthorizationError, Requester,
     Tier, authorize, get_tier,
@@ -35,7 +36,8 @@ log = logging.getLogger("adiyan.agent")
 DECISION_SYSTEM = (
     "You are a research agent. You answer the user's question by calling one tool per step. "
     "You only see your scratchpad of notes from earlier steps.\n\nTools:\n{tools}\n\n"
-    "Reply with exactly two lines:\nAction: <tool name>\nAction Input: <JSON object with the tool's arguments>\n"
+    "Reply with one JSON object: {{\"action\": {{\"tool\": <tool name>, \"args\": <the tool's arguments>}}}}, "
+    "for example {{\"action\": {{\"tool\": \"search_kb\", \"args\": {{\"query\": \"refund deadline\"}}}}}}\n"
     "Call finish with the answer once the scratchpad's findings answer the question."
 )
 GENERAL_SYSTEM = ("You are a helpful assistant. Answer briefly. You have no documents for this message, "
@@ -61,7 +63,7 @@ class Agent:
 
     def __init__(self, llm, kb, memory=None, settings=None, tier: "str | Tier" = DEFAULT_TIER,
                  requester_id: str | None = None, *, retriever=None, compactor: Callable[..., Scratchpad] = compact,
-                 decision_max_tokens: int = 64, read_max_chars: int = 4000, synthesis_ratio: float = 0.75,
+                 decision_max_tokens: int = 160, read_max_chars: int = 4000, synthesis_ratio: float = 0.75,
                  tiers: Mapping[str, Tier] = TIERS):
         """``retriever`` defaults to the pipeline ``settings`` describe over ``kb`` (the LLM is
         passed for HyDE)."""
@@ -113,44 +115,59 @@ class Agent:
             return _call_key(tool, args) not in done_calls
 
         if route == "memory_question" and allows(MEMORY_READ) and fresh("search_memory", {"query": question}):
-            return _Action("search_memory", {"query": question}, "fallback")
+            return _Action("search_memory", {"query": question}, "default")
         if route == "document_request" and allows(KB_READ_FULL_TEXT):
             if fresh("find_document", {"query": question}):
-                return _Action("find_document", {"query": question}, "fallback")
+                return _Action("find_document", {"query": question}, "default")
             unread = [s for s in pad.leads if s not in pad.documents_checked and fresh("read_document", {"source": s})]
             if unread:
-                return _Action("read_document", {"source": unread[0]}, "fallback")
+                return _Action("read_document", {"source": unread[0]}, "default")
         if route != "general" and allows(KB_READ) and fresh("search_kb", {"query": question}):
-            return _Action("search_kb", {"query": question}, "fallback")
-        return _Action("finish", {"answer": ""}, "fallback")
+            return _Action("search_kb", {"query": question}, "default")
+        return _Action("finish", {"answer": ""}, "default")
 
     def _decide(self, question, route, pad, step, max_steps, called, done_calls, tr: StepTrace) -> _Action:
+        """The model's action, asked for through the tier's action schema (adiyan.models.structured:
+        a grammar, response_format or Ollama format; free text when the backend cannot constrain),
+        or the default action (source ``default``) when its reply is unusable or a rule overrides it.
+        The trace keeps both the model's action and the default one, so how often they differ is
+        measured."""
         messages = self.decision_messages(question, pad, step, max_steps)
+        visible = {t.name: t for t in self.visible_tools()}
+        default = self.default_action(route, question, pad, done_calls)
         t0 = time.perf_counter()
-        out = self.llm.chat(messages, max_tokens=self.decision_max_tokens, temperature=self.settings.llm.temperature)
+        schema = action_schema(visible.values(), max_tokens=self.decision_max_tokens)
+        reply = chat_json(self.llm, messages, schema, name="agent_action",
+                          max_tokens=self.decision_max_tokens, temperature=self.settings.llm.temperature)
         tr.decision_latency_s = time.perf_counter() - t0
-        tr.prompt_tokens = out.prompt_tokens if out.prompt_tokens is not None else \
+        tr.prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else \
             sum(approx_tokens(m.content) for m in messages)
-        tr.completion_tokens = out.completion_tokens if out.completion_tokens is not None else approx_tokens(out.text)
-        tr.decision_text = (out.text or "")[:600]
-        parsed = parse_action(out.text, self.tools, question=question)
+        tr.completion_tokens = reply.completion_tokens if reply.completion_tokens is not None else \
+            approx_tokens(reply.text)
+        tr.decision_text = (reply.text or "")[:600]
+        tr.structured, tr.schema_valid, tr.schema_error = reply.mode, reply.ok, reply.error or None
+        if reply.ok:
+            parsed, tr.parse_via = parse_structured_action(reply.value, visible, question=question), "schema"
+        else:  # the tolerant text parser, over every tool (a tool beyond the tier is refused when run)
+            parsed, tr.parse_via = parse_action(reply.text, self.tools, question=question), "text"
         tr.parse_ok, tr.parse_error, tr.ignored_args = parsed.ok, parsed.error, parsed.ignored_args
+        tr.default_tool, tr.default_args = default.tool, dict(default.args)
+        if parsed.ok:
+            tr.model_tool, tr.model_args = parsed.tool, dict(parsed.args)
         if not parsed.ok:
-            act = self.default_action(route, question, pad, done_calls)
-            act.parse = parsed
-            act.note = f"unparseable reply ({parsed.error}): default action"
-            return act
+            tr.parse_via = None
+            default.parse = parsed
+            default.note = f"unparseable reply ({parsed.error}): default action"
+            return default
         act = _Action(parsed.tool, parsed.args, "model", parsed)
         strict = self.settings.generation.strict_grounding
         if act.tool == "finish" and route != "general" and strict and not (called & set(_KB_TOOLS)):
-            alt = self.default_action(route, question, pad, done_calls)
-            if alt.tool != "finish":
-                alt.source, alt.note = "override", "finish before any evidence under strict grounding: default action"
-                return alt
+            if default.tool != "finish":
+                default.note = "finish before any evidence under strict grounding: default action"
+                return default
         if act.tool != "finish" and _call_key(act.tool, act.args) in done_calls:
-            alt = self.default_action(route, question, pad, done_calls)
-            alt.source, alt.note = "override", "repeated an earlier call: default action"
-            return alt
+            default.note = "repeated an earlier call: default action"
+            return default
         return act
 
     def _refuse(self, err: AuthorizationError, steps: list[StepTrace], tr: StepTrace) -> AuthorizationError:
@@ -226,7 +243,7 @@ class Agent:
         try:
             return self._final_answer(question, route, pad, model_answer)
         except AuthorizationError as err:  # the general-reasoning fallback is itself a capability
-            tr = StepTrace(len(steps) + 1, err.tool or "final_answer", {}, "fallback", True)
+            tr = StepTrace(len(steps) + 1, err.tool or "final_answer", {}, "default", True)
             raise self._refuse(err, steps, tr) from None
 
     def _grounded(self, answer: str, pad: Scratchpad) -> bool:

@@ -145,6 +145,8 @@ def parse_action(text: str, tools: Mapping[str, ToolSpec], *, question: str = ""
     else:
         blob = _balanced_object(body)
         obj = _loads_object(blob) if blob else None
+        if obj and isinstance(obj.get("action"), dict):  # the structured shape {"action": {...}}
+            obj = obj["action"]
         if obj:
             for k in ("action", "tool", "name", "function"):
                 if isinstance(obj.get(k), str):
@@ -184,3 +186,50 @@ def parse_action(text: str, tools: Mapping[str, ToolSpec], *, question: str = ""
                 continue
             return ParsedAction(tool, clean, False, f"{tool}: missing or placeholder argument {p!r}", ignored)
     return ParsedAction(tool, clean, True, None, ignored)
+
+
+# -- structured actions (issue 25): the reply held to a JSON schema by the backend ----------------
+
+ACTION_OVERHEAD_TOKENS = 48  # the JSON around the arguments, whitespace included
+
+
+def action_schema(tools, *, max_tokens: int = 160) -> dict:
+    """The JSON schema of one action over ``tools`` (the tier's visible tools, in order):
+    ``{"action": {"tool": <one tool's name>, "args": <that tool's arguments>}}``. One alternative
+    per tool, so a tool name outside the tier cannot be written and each tool's arguments are its
+    own (every argument a non-empty string, no other key: the model can never pass an identity).
+    The root is an object (OpenAI's structured outputs refuse a root ``anyOf``).
+
+    The arguments' ``maxLength`` keeps the whole action within ``max_tokens`` (a character can be
+    a token: digits are), so a grammar-held reply is closed before the token limit cuts it."""
+    alternatives = []
+    for t in tools:
+        room = max(16, (max_tokens - ACTION_OVERHEAD_TOKENS) // max(1, len(t.params)))
+        props = {p: {"type": "string", "minLength": 1, "maxLength": room} for p in t.params}
+        alternatives.append({"type": "object",
+                             "properties": {"tool": {"type": "string", "enum": [t.name]},
+                                            "args": {"type": "object", "properties": props,
+                                                     "required": list(t.params), "additionalProperties": False}},
+                             "required": ["tool", "args"], "additionalProperties": False})
+    return {"type": "object", "properties": {"action": {"anyOf": alternatives}}, "required": ["action"],
+            "additionalProperties": False}
+
+
+def parse_structured_action(value: dict, tools: Mapping[str, ToolSpec], *, question: str = "") -> ParsedAction:
+    """A schema-valid action object (see :func:`action_schema`) as a ParsedAction; placeholders
+    (``<query>``, ``...``) are refused as in :func:`parse_action`, and an empty or placeholder
+    query searches for the question."""
+    action = value.get("action") if isinstance(value, dict) else None
+    tool = action.get("tool") if isinstance(action, dict) else None
+    if tool not in tools:
+        return ParsedAction(None, {}, False, f"unknown tool {str(tool)[:60]!r}")
+    spec = tools[tool]
+    args = {k: str(v).strip() for k, v in (action.get("args") or {}).items() if k in spec.params}
+    ignored = [str(k) for k in (action.get("args") or {}) if k not in spec.params]
+    for p in spec.params:
+        if not args.get(p) or _PLACEHOLDER.match(args[p]):
+            if p == "query" and question:
+                args[p] = question
+                continue
+            return ParsedAction(tool, args, False, f"{tool}: missing or placeholder argument {p!r}", ignored)
+    return ParsedAction(tool, args, True, None, ignored)

@@ -16,7 +16,9 @@ class StepTrace:
     step: int
     tool: str
     args: dict
-    action_source: str  # "model" | "fallback" (unparseable reply) | "override" (policy) | "route"
+    # "model" (the model's parsed action was run) | "default" (the default action: the reply was
+    # unusable, or a rule overrode it; ``note`` says which) | "route" (the routing check)
+    action_source: str
     parse_ok: bool
     parse_error: str | None = None
     note: str | None = None
@@ -33,6 +35,22 @@ class StepTrace:
     observation_chars: int = 0  # size of the raw tool output (its content is not kept)
     scratchpad_tokens: int = 0  # size of the full scratchpad after compaction
     n_findings: int = 0
+    # issue 25: how the decision was asked and what the model chose beside the default action
+    structured: str | None = None  # grammar | json_schema | json_object | format | none
+    schema_valid: bool | None = None  # the reply was valid under the action schema
+    schema_error: str | None = None
+    parse_via: str | None = None  # "schema" | "text" (the tolerant parser) | None (unparseable)
+    model_tool: str | None = None  # the model's parsed action, whether or not it was run
+    model_args: dict | None = None
+    default_tool: str | None = None  # the default action at that step
+    default_args: dict | None = None
+
+    @property
+    def model_differs(self) -> bool | None:
+        """Whether the model's parsed action differs from the default action (None: no parsed action)."""
+        if self.model_tool is None:
+            return None
+        return (self.model_tool, self.model_args) != (self.default_tool, self.default_args)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -123,7 +123,9 @@ def run_question(settings, llm, kb, retriever, question: str, requester: str | N
     for s in steps:
         d = {k: s.to_dict()[k] for k in ("step", "tool", "args", "action_source", "parse_ok", "note", "error",
                                           "authorized", "latency_s", "decision_text", "scratchpad_tokens",
-                                          "n_findings")}
+                                          "n_findings", "structured", "schema_valid", "parse_via", "model_tool",
+                                          "model_args", "default_tool", "default_args")}
+        d["model_differs"] = s.model_differs
         d.update(rec.by_step.get(s.step, {}) if s.tool != "finish" and s.authorized else {})
         trace.append(d)
     pad = result.scratchpad if result else Scratchpad()
@@ -138,6 +140,13 @@ def run_question(settings, llm, kb, retriever, question: str, requester: str | N
         "tool_calls": dict(tools), "compactions": len(rec.by_step),
         "scratchpad_trims": sum(bool(o.get("scratchpad_trimmed")) for o in rec.by_step.values()),
         "decisions": decisions, "decisions_parsed": sum(1 for s in decided if s.parse_ok),
+        # issue 25: schema-valid replies, actions the model chose that were run, and model actions
+        # (parsed, run or not) that differ from the default action at that step
+        "decisions_schema_valid": sum(1 for s in decided if s.schema_valid),
+        "decisions_model": sum(1 for s in decided if s.action_source == "model"),
+        "decisions_differ": sum(1 for s in decided if s.model_differs),
+        "decisions_differ_tool": sum(1 for s in decided if s.model_tool is not None and s.model_tool != s.default_tool),
+        "structured": sorted({s.structured for s in decided if s.structured}),
         "grounded": bool(answer) and agent._grounded(answer, pad),  # the check strict grounding enforces
         "private_seen": sorted({p for t in trace for p in t.get("private_seen", [])}),
         "latency_s": latency, "evidence": _evidence(pad), "steps": trace,
@@ -201,6 +210,11 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 6) if values else None
 
 
+def _share(runs: list[dict], key: str) -> float:
+    """``key`` summed over the runs, per decision (runs traced before issue 25 count 0)."""
+    return round(sum(r.get(key, 0) for r in runs) / max(1, sum(r["decisions"] for r in runs)), 6)
+
+
 def agent_metrics(traces: list[dict], max_steps: int, strict: bool) -> dict[str, float]:
     """The ``agent`` group: counts from each question's first run, latency over every repeat."""
     firsts = [t["runs"][0] for t in traces]
@@ -224,6 +238,10 @@ def agent_metrics(traces: list[dict], max_steps: int, strict: bool) -> dict[str,
         "strict_grounding": float(strict),
         "decision_parse_rate": (round(sum(r["decisions_parsed"] for r in firsts) /
                                       max(1, sum(r["decisions"] for r in firsts)), 6)),
+        "decision_schema_valid_rate": _share(firsts, "decisions_schema_valid"),
+        "model_action_rate": _share(firsts, "decisions_model"),  # decisions whose model action was run
+        "model_differs_rate": _share(firsts, "decisions_differ"),  # model action != the default action
+        "model_differs_tool_rate": _share(firsts, "decisions_differ_tool"),
         "private_observed": sum(len(r["private_seen"]) for t in traces for r in t["runs"]),
         "latency_p50_s": _pct(medians, 50), "latency_p95_s": _pct(medians, 95),
         "latency_mean_s": M.mean_or_none(medians),

@@ -31,6 +31,7 @@ from ..cache import CallCache
 from ..report import write_run_report
 from ..report_index import write_index
 from ..factory import describe_engines, open_llm, open_retriever, score_floor
+from ..models.structured import describe_structured
 from ..retrieval.floor import floor_decision
 from ..generation import answer_question, effective_budget
 from . import metrics as M
@@ -131,6 +132,7 @@ def _ragas_llm(settings, es, rows, embedder, progress, doc_texts) -> dict | None
     return {"calibration": cal.as_dict(), "summary": summary, "per_row": per_row,
             "judge_stats": judge.stats.as_dict() if hasattr(judge.stats, "as_dict") else vars(judge.stats),
             "failures": [f._asdict() for f in judge.failures],
+            "judge": judge.describe(),  # issue 25: its "structured" mechanism (none: free text parsed)
             "timings": {"judge_calibration_s": calibration_s, "judge_metrics_s": time.perf_counter() - t0}}
 
 
@@ -225,7 +227,8 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         "config": settings.to_dict(),
         "models": {"embedder": {**embedder.describe(), "score_floor": score_floor(settings, embedder.id)},
                    "llm": ({"id": llm.id, "context_size": llm.context_size,
-                            "kind": "generative" if getattr(llm, "generative", True) else "extractive"}
+                            "kind": "generative" if getattr(llm, "generative", True) else "extractive",
+                            **describe_structured(llm)}
                            if llm else None),
                    "judge": settings.eval.judge},
         "dataset": {"name": es.name, "path": str(es.root), "hash": ds_hash,
@@ -270,6 +273,11 @@ def summary_lines(run_dir: Path) -> list[str]:
              f"({m['dataset']['n_questions']} questions, {m['dataset']['n_chunks']} chunks)",
              f"embedder {m['models']['embedder']['id']}  llm {(m['models']['llm'] or {}).get('id')}  "
              f"judge {m['models'].get('judge')}"]
+    llm_m = m["models"].get("llm") or {}
+    if "structured" in llm_m:  # issue 25: how structured calls were constrained, and what failed to parse
+        sc = llm_m.get("structured_calls") or {}
+        lines.append(f"  structured: {llm_m['structured']}  ({sc.get('calls', 0)} structured calls, "
+                     f"{sc.get('parse_failures', 0)} parse failures)")
     lines += warning_lines(m)
     for group, vals in m["metrics"].items():
         lines.append(group_line(m, group, vals))

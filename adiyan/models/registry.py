@@ -97,19 +97,20 @@ def load_embedder(name: str, *, models_dir: str | os.PathLike = ".cache/adiyan/m
 
 def load_llm(name: str, *, url: str | None = None, model: str | None = None, context_size: int = 2048,
              temperature: float = 0.0, max_tokens: int = 128, seed: int = 0, timeout_s: float = 120.0,
-             api_key_env: str = "OPENAI_API_KEY", embedder=None):
+             api_key_env: str = "OPENAI_API_KEY", embedder=None, structured: str = "auto"):
     """The LLM named ``name``. ``extractive`` scores sentences with ``embedder`` (default: minilm,
-    uncached); a configured ``url`` (llm.url) serves ``ollama:NAME`` / ``openai-compatible``."""
+    uncached); a configured ``url`` (llm.url) serves ``ollama:NAME`` / ``openai-compatible``;
+    ``structured`` "none" forces structured calls to free text (adiyan/models/structured.py)."""
     _offline_env()
     if name in ("extractive", "smollm2") and url:
         name = "openai-compatible"  # a configured server (llm.url) replaces both in-process answerers
     if name == "extractive":  # cheap to build; its embedder is memoised (and the caller's cache is its own)
         return ExtractiveAnswerer(embedder if embedder is not None else load_embedder("minilm"),
                                   context_size=context_size)
-    key = ("llm", name, url, model, context_size, temperature, max_tokens, seed, timeout_s, api_key_env)
+    key = ("llm", name, url, model, context_size, temperature, max_tokens, seed, timeout_s, api_key_env, structured)
     if key in _loaded:
         return _loaded[key]
-    common = dict(temperature=temperature, max_tokens=max_tokens, seed=seed)
+    common = dict(temperature=temperature, max_tokens=max_tokens, seed=seed, structured=structured)
     if name == "smollm2":
         llm = LlamaCppLLM("smollm2-135m-instruct-q4_1", str(assets.smollm2_path()), context_size=context_size, **common)
     elif name.startswith("gguf:"):
@@ -151,4 +152,4 @@ def llm_from_settings(settings):
                                   EmbeddingCache(Path(settings.paths.cache_dir) / "embeddings.sqlite"), progress=False)
     return load_llm(lc.name, url=lc.url, model=lc.model, context_size=lc.context_size,
                     temperature=lc.temperature, max_tokens=lc.max_tokens, seed=lc.seed,
-                    timeout_s=lc.timeout_s, api_key_env=lc.api_key_env, embedder=embedder)
+                    timeout_s=lc.timeout_s, api_key_env=lc.api_key_env, embedder=embedder, structured=lc.structured)

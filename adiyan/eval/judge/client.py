@@ -59,6 +59,7 @@ from pydantic import BaseModel, ValidationError
 
 from ...cache import CallCache
 from ...models import load_llm
+from ...models.structured import chat_json, structured_mode
 
 STATUSES = ("ok", "invalid_json", "schema_mismatch", "timeout", "error")
 FAILED_STATUSES = frozenset(STATUSES[1:])
@@ -197,6 +198,21 @@ def parse_reply(raw: str, schema: Type[BaseModel]) -> tuple[BaseModel | None, St
     return None, "schema_mismatch", first_error
 
 
+def verdict_schema(schema: Type[BaseModel]) -> dict:
+    """The JSON schema the judge's reply is held to (pydantic's, objects closed to other keys)."""
+    def close(node):
+        if isinstance(node, dict):
+            if node.get("type") == "object" and "properties" in node:
+                node.setdefault("additionalProperties", False)
+            for v in node.values():
+                close(v)
+        elif isinstance(node, list):
+            for v in node:
+                close(v)
+        return node
+    return close(schema.model_json_schema())
+
+
 def _schema_fingerprint(schema: Type[BaseModel]) -> str:
     canon = json.dumps(schema.model_json_schema(), sort_keys=True)
     return hashlib.sha256(canon.encode()).hexdigest()[:16]
@@ -235,7 +251,8 @@ class Judge:
         return str(getattr(self.llm, "id", type(self.llm).__name__))
 
     def describe(self) -> dict:
-        return {"id": self.id, "timeout_s": self.timeout_s, "settle_s": self.settle_s,
+        return {"id": self.id, "structured": structured_mode(self.llm), "timeout_s": self.timeout_s,
+                "settle_s": self.settle_s,
                 "max_retries": self.max_retries,
                 "max_tokens": self.max_tokens, "temperature": self.temperature, "caches": "successes only"}
 
@@ -261,7 +278,7 @@ class Judge:
         return self.cache.key({"kind": "judge", "judge": self.id, "schema": schema.__name__,
                                "schema_sha": _schema_fingerprint(schema), "system": self.system_prompt,
                                "prompt": prompt, "max_tokens": self.max_tokens,
-                               "temperature": self.temperature})
+                               "temperature": self.temperature, "structured": structured_mode(self.llm)})
 
     def ask(self, prompt: str, schema: Type[BaseModel], *, metric: str | None = None,
             sample_id: str | None = None) -> JudgeResult:
@@ -316,7 +333,7 @@ class Judge:
             text = prompt if attempts == 1 else prompt + RETRY_SUFFIX
             raw, error = "", ""
             try:
-                raw = self._call_with_deadline(self._messages(text))
+                raw = self._call_with_deadline(self._messages(text), schema)
                 value, status, error = parse_reply(raw, schema)
             except _Timeout:
                 value, status, error = None, "timeout", f"no reply within {self.timeout_s}s (call abandoned)"
@@ -340,17 +357,22 @@ class Judge:
         for worker in pending:
             worker.join(max(0.0, deadline - time.monotonic()))
 
-    def _call_with_deadline(self, messages: list[dict]) -> str:
+    def _call(self, messages: list[dict], schema: Type[BaseModel]) -> str:
+        """The verdict through the schema (adiyan.models.structured: grammar, response_format or
+        format; free text on a backend that cannot constrain); parsed by ``parse_reply`` either way."""
+        return chat_json(self.llm, messages, verdict_schema(schema), name=schema.__name__,
+                         max_tokens=self.max_tokens, temperature=self.temperature).text
+
+    def _call_with_deadline(self, messages: list[dict], schema: Type[BaseModel]) -> str:
         self._settle()
         if self.timeout_s is None:
-            return self.llm.chat(messages, max_tokens=self.max_tokens, temperature=self.temperature).text
+            return self._call(messages, schema)
         box: dict[str, Any] = {}
         done = threading.Event()
 
         def run():
             try:
-                box["text"] = self.llm.chat(messages, max_tokens=self.max_tokens,
-                                            temperature=self.temperature).text
+                box["text"] = self._call(messages, schema)
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
                 box["exc"] = exc
             finally:
@@ -385,7 +407,7 @@ def judge_from_settings(settings, *, cache=None, **judge_kwargs) -> Judge | None
     llm = load_llm(ev.judge, url=ev.judge_url, model=getattr(ev, "judge_model", None),
                    context_size=settings.llm.context_size, temperature=0.0,
                    max_tokens=getattr(ev, "judge_max_tokens", None) or 512, seed=settings.llm.seed,
-                   timeout_s=timeout_s, api_key_env=settings.llm.api_key_env)
+                   timeout_s=timeout_s, api_key_env=settings.llm.api_key_env, structured=settings.llm.structured)
     cache = cache or CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "judge")
     judge_kwargs.setdefault("timeout_s", timeout_s)
     judge_kwargs.setdefault("max_tokens", getattr(ev, "judge_max_tokens", None) or 512)
