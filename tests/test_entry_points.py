@@ -116,7 +116,7 @@ class HydeLLM:
         msgs = as_messages(messages)
         if "Passage:" in msgs[-1]["content"]:
             return Completion(self.PASSAGE)
-        if "Action Input:" in msgs[0]["content"]:
+        if "Tools:\n" in msgs[0]["content"]:  # the decision prompt
             self.decisions += 1
             q = json.dumps(self.question)
             script = {1: f'Action: search_kb\nAction Input: {{"query": {q}}}',

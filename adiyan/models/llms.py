@@ -59,7 +59,7 @@ class LlamaCppLLM:
         A schema the converter cannot compile raises ModelError: never a silent fall-back to free JSON."""
         key = json.dumps(schema, sort_keys=True)
         if key not in self._grammars:
-            from llama_cpp import LlamaGrammar
+            from llama_cpp import LlamaGrammar  # heavy optional dependency: loaded with the model only
 
             try:
                 # the schema's own key order: properties are written in the order they are declared
