@@ -261,6 +261,9 @@ def test_answers_are_scored_per_category_and_labelled_wiring(fixture_rows):
     assert g["f1.single_hop"] == 1.0 and g["f1.multi_hop"] == 0.5 and g["f1.temporal"] == pytest.approx(0.5)
     assert g["f1.adversarial"] == 1.0 and g["f1.open_domain"] == pytest.approx(2 / 3)
     assert g["f1"] == pytest.approx((1 + 0.5 + 0.5 + 1 + 2 / 3) / 5) and g["answered"] == 5
-    assert g["wiring"] == 1.0  # llm.name is the embedded smollm2 in these settings: labelled wiring
+    # the default answerer is the extractive one (quotes, not the embedded generative model): not wiring;
+    # the embedded smollm2 is labelled wiring
+    assert s.llm.name == "extractive" and g["wiring"] == 0.0
+    assert answer_metrics(s.with_overrides({"llm.name": "smollm2"}), rows)[0]["wiring"] == 1.0
     assert ragas["exact_match"] == 0.0  # no answer is its reference string ("kitten" is not "a kitten")
     assert all(r["abstained"] is False for r in rows if r["category"] != 5)

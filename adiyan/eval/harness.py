@@ -138,6 +138,25 @@ def _dir_lock(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def build_once(kdir: Path, build) -> float:
+    """Build a keyed directory once, across processes: when ``kdir`` holds no finished build
+    (``build.json``), empty it under its lock and call ``build(kdir)``, whose dict (with the build
+    time added) becomes ``build.json``. The seconds spent building; 0.0 when a build was there."""
+    if (kdir / "build.json").is_file():
+        return 0.0
+    with _dir_lock(kdir):
+        if (kdir / "build.json").is_file():  # another process built it while this one waited
+            return 0.0
+        if kdir.exists():  # a build that died half way
+            shutil.rmtree(kdir)
+        kdir.mkdir(parents=True)
+        t0 = time.perf_counter()
+        record = build(kdir)
+        seconds = time.perf_counter() - t0
+        (kdir / "build.json").write_text(json.dumps({**record, "build_s": round(seconds, 3)}), encoding="utf-8")
+        return seconds
+
+
 def _replica(src: Path) -> Path:
     """A private copy of a built directory, for a process that finds the original held by another."""
     dst = Path(tempfile.mkdtemp(prefix=f"adiyan-replica-{os.getpid()}-")) / src.name

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ import numpy as np
 import yaml
 
 from ..cache import embedder_identity
-from ..eval.harness import dir_lock, held_by_another, replica
+from ..eval.harness import build_once, held_by_another, replica
 from ..factory import open_embedder, open_memory
 from ..retrieval.pipeline import refuse_settings
 from .common import PointResult, mean
@@ -128,24 +127,18 @@ def memory_store(settings, es: MemoryEvalset, embedder, *, progress: bool = Fals
         if held is not None:  # opened with other memory settings: close it, open anew below
             del _OPEN[memo_key]
             held[1].close()
-        if not (kdir / "build.json").is_file():
-            with dir_lock(kdir):
-                if not (kdir / "build.json").is_file():
-                    if kdir.exists():
-                        shutil.rmtree(kdir)
-                    kdir.mkdir(parents=True)
-                    t0 = time.perf_counter()
-                    mem = _open_at(settings, kdir, embedder)
-                    ids = {}
-                    try:
-                        for m in es.memories:
-                            ids[m["id"]] = mem.add(m["text"], user_id=m["user"], created_at=m["created_at"],
-                                                   metadata={"eval_id": m["id"]}, infer=False)
-                    finally:
-                        mem.close()
-                    (kdir / "build.json").write_text(json.dumps({"key": key, "memories": len(ids),
-                                                                 "build_s": round(time.perf_counter() - t0, 3)}),
-                                                     encoding="utf-8")
+        def build(kdir: Path) -> dict:
+            mem = _open_at(settings, kdir, embedder)
+            ids = {}
+            try:
+                for m in es.memories:
+                    ids[m["id"]] = mem.add(m["text"], user_id=m["user"], created_at=m["created_at"],
+                                           metadata={"eval_id": m["id"]}, infer=False)
+            finally:
+                mem.close()
+            return {"key": key, "memories": len(ids)}
+
+        build_once(kdir, build)
         try:
             mem = _open_at(settings, kdir, embedder)
         except Exception as exc:  # noqa: BLE001 - only "held by another process" is handled

@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -45,7 +44,7 @@ from ...memory import MemoryHit
 from ...retrieval.bm25 import BM25Retriever
 from ...retrieval.dense import ExactDenseIndex, embed_queries, embed_texts
 from ...retrieval.recency import age_days, overfetch_size, parse_timestamp, rerank_by_recency
-from ..harness import dir_lock
+from ..harness import build_once
 from .data import Conversation, LocomoSet
 
 KS = (5, 10, 25)
@@ -103,26 +102,19 @@ def memory_store(settings, ls: LocomoSet, embedder, *, progress: bool = False):
     """(the mem0 Memory holding every turn of ``ls``, opened with these ``memory.*`` settings; its folder;
     seconds spent building it, 0 when reused)."""
     kdir = _store_dir(settings, ls, embedder, "mem0")
-    built_s = 0.0
-    if not (kdir / "build.json").is_file():
-        with dir_lock(kdir):
-            if not (kdir / "build.json").is_file():
-                if kdir.exists():
-                    shutil.rmtree(kdir)
-                kdir.mkdir(parents=True)
-                t0 = time.perf_counter()
-                mem = _open_memory_at(settings, kdir, embedder)
-                try:
-                    for t, conv in tqdm([(t, c) for c in ls.conversations for t in c.turns], desc="mem0 add",
-                                        unit="turn", disable=not progress, leave=False):
-                        mem.add(t.text, user_id=conv.user, created_at=t.at, role="user", infer=False,
-                                metadata={"dia_id": t.dia_id, "conversation": conv.id})
-                finally:
-                    mem.close()
-                built_s = time.perf_counter() - t0
-                (kdir / "build.json").write_text(json.dumps(
-                    {"key": store_key(ls, embedder, "mem0"), "memories": len(ls.turns()),
-                     "build_s": round(built_s, 3)}), encoding="utf-8")
+
+    def build(kdir: Path) -> dict:
+        mem = _open_memory_at(settings, kdir, embedder)
+        try:
+            for t, conv in tqdm([(t, c) for c in ls.conversations for t in c.turns], desc="mem0 add",
+                                unit="turn", disable=not progress, leave=False):
+                mem.add(t.text, user_id=conv.user, created_at=t.at, role="user", infer=False,
+                        metadata={"dia_id": t.dia_id, "conversation": conv.id})
+        finally:
+            mem.close()
+        return {"key": store_key(ls, embedder, "mem0"), "memories": len(ls.turns())}
+
+    built_s = build_once(kdir, build)
     return _open_memory_at(settings, kdir, embedder), kdir, built_s
 
 
@@ -210,29 +202,22 @@ def knowledge_base(settings, ls: LocomoSet, embedder, *, progress: bool = False)
     its folder, seconds spent building it, 0 when reused)."""
     kdir = _store_dir(settings, ls, embedder, "kb")
     kb_settings = settings.with_overrides({"store.engine": "edge"})
-    built_s = 0.0
-    if not (kdir / "build.json").is_file():
-        with dir_lock(kdir):
-            if not (kdir / "build.json").is_file():
-                if kdir.exists():
-                    shutil.rmtree(kdir)
-                kdir.mkdir(parents=True)
-                t0 = time.perf_counter()
-                kb = open_kb(kb_settings, embedder=embedder, data_dir=kdir, progress=progress)
-                try:
-                    items = [IngestItem(t.text.encode("utf-8"), turn_filename(c, t.dia_id), c.user, "private")
-                             for c in ls.conversations for t in c.turns]
-                    res = kb.ingest_many(items, progress=progress)
-                    failed = [(it.filename, str(r)) for it, r in zip(items, res) if isinstance(r, IngestError)]
-                    if failed:
-                        raise IngestError(f"LoCoMo turns failed to ingest into {kdir}: {failed[:3]}")
-                    kb.finish_ingest()
-                finally:
-                    kb.store.close()
-                built_s = time.perf_counter() - t0
-                (kdir / "build.json").write_text(json.dumps({"key": store_key(ls, embedder, "kb"),
-                                                             "documents": len(items), "build_s": round(built_s, 3)}),
-                                                 encoding="utf-8")
+
+    def build(kdir: Path) -> dict:
+        kb = open_kb(kb_settings, embedder=embedder, data_dir=kdir, progress=progress)
+        try:
+            items = [IngestItem(t.text.encode("utf-8"), turn_filename(c, t.dia_id), c.user, "private")
+                     for c in ls.conversations for t in c.turns]
+            res = kb.ingest_many(items, progress=progress)
+            failed = [(it.filename, str(r)) for it, r in zip(items, res) if isinstance(r, IngestError)]
+            if failed:
+                raise IngestError(f"LoCoMo turns failed to ingest into {kdir}: {failed[:3]}")
+            kb.finish_ingest()
+        finally:
+            kb.store.close()
+        return {"key": store_key(ls, embedder, "kb"), "documents": len(items)}
+
+    built_s = build_once(kdir, build)
     return open_kb(kb_settings, embedder=embedder, data_dir=kdir, progress=progress), kdir, built_s
 
 
