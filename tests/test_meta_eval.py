@@ -275,8 +275,11 @@ def test_judged_metrics_wired_with_the_embedded_smollm2_on_a_few_instances(make_
     preference pairs, ragas answer relevancy) runs on two instances and every call is accounted for."""
     instances = ME.load_meta_set(DATA)[:8]
     labels = {a: ME.labels_matrix(instances, a) for a in ASPECTS}
+    # 4 pairs can never clear the reliability line, so the early stop would end the calibration at
+    # once: switched off here, so every call of the chain is made and accounted for
     s = make_settings(**{"eval.evalset": str(ROOT / "evalsets" / "adiyan_basic"), "eval.judge": "smollm2",
-                         "eval.judge_calibration_pairs": 4, "eval.judge_sample_unreliable": 2,
+                         "eval.judge_calibration_pairs": 4, "eval.judge_calibration_early_stop": False,
+                         "eval.judge_sample_unreliable": 2,
                          "eval.judge_sample": 2})
     out = MS.judged_part(s, instances, labels, n_boot=100, progress=False)
     for cal in out["calibration"].values():
