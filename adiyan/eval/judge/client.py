@@ -290,6 +290,9 @@ class Judge:
         result = self._from_cache(hit, schema) if hit is not None else None
         if result is None:
             result = self._ask_llm(prompt, schema, metric, sample_id)
+            # stored under the mechanism the call really used: a server that refused json_schema
+            # was answered under json_object, and later asks (which start there) find it
+            key = self.cache_key(prompt, schema)
             if result.status == "ok":  # a failure is asked again next run, never replayed
                 self.cache.put(key, {"status": "ok", "raw": result.raw, "error": "",
                                      "value": result.value.model_dump(mode="json"), "judge": self.id,
