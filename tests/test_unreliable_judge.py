@@ -187,8 +187,11 @@ def test_invoke_eval_calibrates_on_40_pairs_and_sizes_the_judged_sample(make_set
     monkeypatch.setattr(R, "evalset_calibration_pairs", spy_pairs)
     monkeypatch.setattr(R, "judge_from_settings", lambda s: Judge(judge_llm(), CallCache(tmp_path / "j.sqlite", "judge"),
                                                                   timeout_s=None, max_retries=0))
+    # the early stop (tests/test_calibration_early_stop.py) would end the coin's calibration once
+    # 0.8 is out of reach: off here, so every label's 40-pair breakdown below is made
     s = make_settings(**{"eval.evalset": str(ROOT / "evalsets" / "adiyan_basic"), "eval.generate": False,
-                         "eval.incidents": False, "eval.judge_metrics": ["faithfulness"]})
+                         "eval.incidents": False, "eval.judge_metrics": ["faithfulness"],
+                         "eval.judge_calibration_early_stop": False})
     run = run_eval(s, progress=False, run_id="r")
     m = json.loads((run / "metrics.json").read_text())
     judge = json.loads((run / "judge.json").read_text())
