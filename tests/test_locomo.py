@@ -267,3 +267,16 @@ def test_answers_are_scored_per_category_and_labelled_wiring(fixture_rows):
     assert answer_metrics(s.with_overrides({"llm.name": "smollm2"}), rows)[0]["wiring"] == 1.0
     assert ragas["exact_match"] == 0.0  # no answer is its reference string ("kitten" is not "a kitten")
     assert all(r["abstained"] is False for r in rows if r["category"] != 5)
+
+
+@pytest.mark.parametrize("key, value", [("eval.locomo_conversations", ["conv-26"]),
+                                        ("eval.locomo_answer_per_category", 2)])
+def test_locomo_settings_are_refused_on_a_question_evalset(key, value):
+    """The LoCoMo settings act on a LoCoMo file only: on adiyan_full they are refused by name."""
+    from adiyan.config import load_settings
+    from adiyan.eval.harness import refuse_conversation_settings
+    from adiyan.retrieval.pipeline import UnsupportedSetting
+
+    with pytest.raises(UnsupportedSetting, match=key.replace(".", r"\.")):
+        refuse_conversation_settings(load_settings(None, {key: value}), "invoke eval")
+    refuse_conversation_settings(load_settings(None, {}), "invoke eval")  # the defaults pass

@@ -35,7 +35,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ..cache import embedder_identity
-from ..config import ConversationConfig
+from ..config import ConversationConfig, EvalConfig
 from ..factory import open_embedder, open_kb
 from ..generation import approx_tokens
 from ..kb import IngestError, IngestItem
@@ -314,6 +314,10 @@ def refuse_conversation_settings(settings, entry_point: str) -> None:
     the Retriever applies too): here it is refused before an index is built or a run directory written."""
     refuse_inert(settings.retrieval, entry_point)
     refuse_beir_protocol(settings, entry_point)  # eval.beir_protocol=beir: invoke eval on a BEIR folder only
+    for key in ("locomo_answer_per_category", "locomo_conversations"):  # read by the LoCoMo run only
+        if getattr(settings.eval, key) != EvalConfig.model_fields[key].default:
+            raise UnsupportedSetting(f"eval.{key}={getattr(settings.eval, key)}", f"{entry_point} on {settings.eval.evalset}",
+                                     "it acts on a LoCoMo evalset only (eval.evalset = a LoCoMo .json file)")
     default = ConversationConfig()
     for key, value in settings.conversation.model_dump().items():
         if value != getattr(default, key):
