@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from ..config import RetrievalConfig
+from ..config import RetrievalConfig, read_yaml_mapping
 from ..retrieval.pipeline import UnsupportedSetting
 from . import metrics as M
 from .beir import load_beir
@@ -88,12 +88,7 @@ def method_name(mode: str, embedder_id: str) -> str:
 
 
 def _read_figures(path: Path) -> dict:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping")
+    data = read_yaml_mapping(path, ValueError, missing="published figures file not found")
     for method, metrics in (data.get("figures") or {}).items():
         for metric, figs in (metrics or {}).items():
             for i, f in enumerate(figs or []):
