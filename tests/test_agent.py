@@ -33,6 +33,10 @@ JULIAN = ("# Julian Alps Weekend\n\nThe Julian Alps Weekend (TR-JUL-03) is a gui
 OFFICE = "# Office hours\n\nThe Ljubljana office opens at 9 am and closes at 5 pm on weekdays.\n"
 BLED = "# Lake Bled Day Trip\n\nThe Lake Bled Day Trip departs at 8 am and costs 95 euros.\n"
 SAFE = "# Safe\n\nThe safe code of the Ljubljana office is 7319.\n"
+# What a leak of SAFE would carry. Not the bare "7319": a raw search result's repr holds float scores and
+# timings (e.g. 'search_s': 0.0137319...), which contain any 4-digit string now and then (the CI flake of
+# 4 Dec 2026); "is 7319" cannot occur inside a number.
+SECRET = "is 7319"
 
 
 class ScriptedLLM:
@@ -216,12 +220,15 @@ def test_the_model_cannot_name_another_identity(kb):
         "What is the safe code of the Ljubljana office?")
     assert res.steps[0].ignored_args == ["requester_id", "is_owner"]
     assert "DocumentNotFound" in res.steps[1].error and "DocumentNotFound" in res.steps[2].error
-    assert not any("7319" in repr(raw) for _, raw in calls)
-    assert not any("7319" in p for p in llm.decision_prompts + llm.other_prompts) and "7319" not in res.answer
+    assert not any(SECRET in repr(raw) for _, raw in calls)
+    assert not any(SECRET in p for p in llm.decision_prompts + llm.other_prompts) and SECRET not in res.answer
     # alice, its owner, reads it through the same tools
     llm_a = ScriptedLLM(lambda n, _: script[n] if n < 3 else script[4])
-    res_a = Agent(llm_a, kb, settings=kb.settings, tier="member", requester_id="alice").run("What is the safe code of the Ljubljana office?")
-    assert any("7319" in f.text for f in res_a.scratchpad.findings)
+    calls_a: list = []
+    res_a = Agent(llm_a, kb, settings=kb.settings, tier="member", requester_id="alice",
+                  compactor=counting_compactor(calls_a)).run("What is the safe code of the Ljubljana office?")
+    assert any(SECRET in f.text for f in res_a.scratchpad.findings)
+    assert any(SECRET in repr(raw) for _, raw in calls_a)  # the check on bob's raw outputs can fail
 
 
 ROUTE_MESSAGES = {
