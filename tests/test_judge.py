@@ -1,5 +1,7 @@
 """The judge wrapper: invalid output, timeouts and errors are counted and listed, never scored;
-successes are cached by prompt hash, failures are asked again on the next run; calibration on
+successes are cached by prompt hash, and so are the failures a temperature-0 judge would repeat
+(invalid JSON, schema mismatch, a prompt over the context window); transient failures (timeouts,
+server errors) are asked again on the next run; calibration on
 labelled pairs (more in test_judge_calibration.py)."""
 
 from __future__ import annotations
@@ -85,16 +87,19 @@ def test_invalid_json_and_timeout_are_counted_reported_and_not_cached(tmp_path):
     assert "abandoned" in judge.failures[1].raw
     assert all(isinstance(f, JudgeFailure) for f in judge.failures)
 
-    # the next run on the same cache: the two failures are asked again (and now answered), the
-    # success comes from disk without a call
-    llm2 = ScriptedLLM(['{"supported": true}', '{"supported": false}'])
+    # the next run on the same cache: the timeout is asked again (and now answered); the success
+    # and the invalid JSON (what a temperature-0 judge says again) come from disk without a call,
+    # the replayed failure still counted and listed as a failure
+    llm2 = ScriptedLLM(['{"supported": false}'])
     judge2 = new_judge(llm2, tmp_path)
     again = [judge2.ask(p, SupportVerdict, metric="faithfulness", sample_id=q)
              for p, q in [("prompt one", "q01"), ("prompt two", "q02"), ("prompt three", "q03")]]
-    assert llm2.calls == 2 and llm2.prompts == ["prompt one", "prompt two"]
-    assert [r.status for r in again] == ["ok", "ok", "ok"] and [r.cached for r in again] == [False, False, True]
-    assert [r.value.supported for r in again] == [True, False, False]
-    assert judge2.failures == []
+    assert llm2.calls == 1 and llm2.prompts == ["prompt two"]
+    assert [r.status for r in again] == ["invalid_json", "ok", "ok"] and [r.cached for r in again] == [True, False, True]
+    assert again[0].value is None and again[0].raw == "Sure, the answer is supported!"
+    assert [r.value.supported for r in again[1:]] == [False, False]
+    assert [f[:3] for f in judge2.failures] == [("faithfulness", "q01", "invalid_json")]
+    assert (judge2.stats.failed, judge2.stats.cached, judge2.stats.invalid_json) == (1, 2, 1)
 
 
 class FailsOnceLLM(ScriptedLLM):
@@ -108,20 +113,38 @@ class FailsOnceLLM(ScriptedLLM):
         super().__init__([first] + ['{"supported": true}'] * 5)
 
 
-@pytest.mark.parametrize("failure", ["timeout", "invalid_json", "error"])
-def test_a_failed_judge_call_is_retried_on_the_next_run_not_replayed(tmp_path, failure):
+@pytest.mark.parametrize("failure,temperature", [("timeout", 0.0), ("error", 0.0), ("invalid_json", 0.7)])
+def test_a_failed_judge_call_is_retried_on_the_next_run_not_replayed(tmp_path, failure, temperature):
+    """Transient failures at any temperature, and every failure of a sampling judge."""
     llm = FailsOnceLLM(failure)
-    first = new_judge(llm, tmp_path, timeout_s=0.5, settle_s=0)
+    first = new_judge(llm, tmp_path, timeout_s=0.5, settle_s=0, temperature=temperature)
     assert first.ask("p", SupportVerdict, metric="faithfulness", sample_id="q1").status == failure
     assert first.stats.failed == 1 and first.failures[0].status == failure
     # the next run (a new judge on the same cache, the same model): asked again, answered
-    second = new_judge(llm, tmp_path, timeout_s=5.0)
+    second = new_judge(llm, tmp_path, timeout_s=5.0, temperature=temperature)
     res = second.ask("p", SupportVerdict, metric="faithfulness", sample_id="q1")
     assert (res.status, res.cached, res.value.supported) == ("ok", False, True)
     assert llm.calls == 2 and second.failures == []
     # and the run after that replays the success from disk without calling the model
-    third = new_judge(llm, tmp_path)
+    third = new_judge(llm, tmp_path, temperature=temperature)
     assert third.ask("p", SupportVerdict).cached is True and llm.calls == 2
+
+
+@pytest.mark.parametrize("reply", ["I think it is supported.", '{"verdict": "yes"}',
+                                   ("raise", ValueError("Requested tokens (2323) exceed context window of 2048"))])
+def test_a_failure_a_temperature_0_judge_would_repeat_is_replayed_and_still_counted(tmp_path, reply):
+    """Invalid JSON, a schema mismatch and a context overflow: the same prompt gets the same
+    failure from a temperature-0 model, so the next run replays it instead of waiting for it."""
+    llm = ScriptedLLM([reply])  # one reply only: a second call would fail the test
+    first = new_judge(llm, tmp_path)
+    r1 = first.ask("p", SupportVerdict, metric="faithfulness", sample_id="q1")
+    assert r1.status in ("invalid_json", "schema_mismatch", "error") and not r1.cached
+    second = new_judge(llm, tmp_path)
+    r2 = second.ask("p", SupportVerdict, metric="faithfulness", sample_id="q1")
+    assert (r2.status, r2.cached, r2.value, r2.error) == (r1.status, True, None, r1.error) and llm.calls == 1
+    assert second.stats.failed == 1 and [f.status for f in second.failures] == [r1.status]
+    assert second.by_metric["faithfulness"].failed == 1
+    assert "failures it would repeat" in second.describe()["caches"]
 
 
 def test_a_failure_cached_by_an_older_version_is_asked_again(tmp_path):
@@ -279,3 +302,35 @@ def test_judge_from_settings(make_settings, tmp_path):
     assert judge.id == "smollm2-135m-instruct-q4_1"
     assert judge.timeout_s == (getattr(settings.eval, "judge_timeout_s", None) or settings.llm.timeout_s)
     assert judge.cache.path == tmp_path / "cache" / "calls.sqlite" and judge.cache.namespace == "judge"
+
+
+def test_the_program_waits_for_an_abandoned_call_before_it_exits(tmp_path):
+    """A timed-out call left generating in a daemon thread while the interpreter exits crashed
+    `invoke eval` (status 245); the judge now joins abandoned calls at exit. Here the abandoned
+    call writes a file when it ends: without the join the process exits first and it never does."""
+    import subprocess
+    import sys
+    import textwrap
+    marker = tmp_path / "finished"
+    script = textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+        from adiyan.cache import CallCache
+        from adiyan.eval.judge import Judge, SupportVerdict
+        from adiyan.models.base import Completion
+
+        class SlowLLM:  # test double for control flow only
+            id = "slow"
+            context_size = 4096
+            def chat(self, messages, *, max_tokens=None, temperature=None):
+                time.sleep(1.5)
+                Path({str(marker)!r}).write_text("done")
+                return Completion(text='{{"supported": true}}')
+
+        judge = Judge(SlowLLM(), CallCache(Path({str(tmp_path / 'calls.sqlite')!r}), "judge"),
+                      timeout_s=0.2, max_retries=0, settle_s=0)
+        assert judge.ask("p", SupportVerdict).status == "timeout"
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert marker.read_text() == "done"
