@@ -92,6 +92,13 @@ def describe_structured(llm) -> dict:
     return {"structured": structured_mode(llm), "structured_calls": structured_stats(llm).as_dict()}
 
 
+def preload_validator() -> None:
+    """Import jsonschema now (3.5 s under load, most of it compiling a URI grammar), so the first
+    validation does not spend it inside a timed call: the judge calls this before its first
+    deadline starts, or a judge's first reply times out on the import."""
+    import jsonschema  # noqa: F401
+
+
 def validate(value: Any, schema: dict) -> str:
     """'' when ``value`` is valid under ``schema``, else the first validation error (jsonschema)."""
     import jsonschema  # a dependency of ragas / mem0 already; pinned in constraints.txt

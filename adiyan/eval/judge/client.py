@@ -65,7 +65,7 @@ from pydantic import BaseModel, ValidationError
 
 from ...cache import CallCache
 from ...models import load_llm
-from ...models.structured import chat_json, structured_mode
+from ...models.structured import chat_json, preload_validator, structured_mode
 
 STATUSES = ("ok", "invalid_json", "schema_mismatch", "timeout", "error")
 FAILED_STATUSES = frozenset(STATUSES[1:])
@@ -241,6 +241,7 @@ class Judge:
             raise ValueError("timeout_s must be > 0 (or None for no deadline)")
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
+        preload_validator()  # outside any deadline (adiyan.models.structured)
         self.llm = llm
         self.cache = cache
         self.timeout_s = timeout_s
