@@ -28,7 +28,7 @@ from .kb import DocumentNotFound, IngestError, IngestItem
 from .models.check import check_models
 from .report_index import write_index
 from .retrieval.floor import FLOORS_FILE, save_floor
-from .retrieval.pipeline import UnsupportedSetting
+from .retrieval import UnsupportedSetting
 from .testset.cli import add_testset_parser
 
 

@@ -20,7 +20,7 @@ from .kb_pages import BookPages
 from .memory import Memory
 from .models import embedder_from_settings, llm_from_settings
 from .retrieval.floor import resolve_floor
-from .retrieval.pipeline import Retriever
+from .retrieval import Retriever
 from .store import open_store
 
 

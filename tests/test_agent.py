@@ -22,7 +22,7 @@ from adiyan.generation import NO_CONTEXT_ANSWER, approx_tokens
 from adiyan.factory import open_kb, open_retriever
 
 from adiyan.models.base import Completion, as_messages
-from adiyan.retrieval.pipeline import UnsupportedSetting
+from adiyan.retrieval import UnsupportedSetting
 from adiyan.store import open_store
 
 QUESTION = "How much does the Julian Alps Weekend cost per person?"

@@ -19,7 +19,7 @@ from adiyan import cli
 from adiyan.config import load_settings
 from adiyan.factory import open_kb, open_retriever
 from adiyan.models.base import Completion
-from adiyan.retrieval.pipeline import Retriever
+from adiyan.retrieval import Retriever
 
 ROOT = Path(__file__).resolve().parents[1]
 EVALSET = ROOT / "evalsets" / "adiyan_basic"

@@ -269,3 +269,11 @@ def test_hnsw_recall_harness_small():
     assert out["exact_engine"]["none"]["recall@10"] == 1.0  # the engine's brute force equals NumPy's
     assert out["exact_engine"]["global_only"]["recall@10"] == 1.0
     assert rows[(256, "none")]["recall@10"] >= rows[(16, "none")]["recall@10"]
+
+
+def test_package_exports_the_pipeline_retriever():
+    """``from adiyan.retrieval import Retriever`` is the one pipeline class, not a look-alike."""
+    import adiyan.retrieval as R
+    from adiyan.retrieval import pipeline
+    assert R.Retriever is pipeline.Retriever and R.UnsupportedSetting is pipeline.UnsupportedSetting
+    assert "Retriever" in R.__all__

@@ -18,7 +18,7 @@ from ..generation import NO_CONTEXT_ANSWER, answer_question, approx_tokens
 from ..kb import DocumentNotFound
 from ..models.base import ChatMessage
 from ..models.structured import chat_json
-from ..retrieval.pipeline import Retriever, UnsupportedSetting
+from ..retrieval import Retriever, UnsupportedSetting
 from ..types import RetrievedChunk
 from .compaction import _FIGURE, _content_words, _short, compact
 from .parsing import ParsedAction, action_schema, parse_action, parse_structured_action
