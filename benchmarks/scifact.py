@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
+from benchmarks._scifact_tables import tuning_table  # noqa: E402
+
 for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}.items():
     os.environ.setdefault(_k, _v)
 
@@ -376,11 +378,6 @@ def summary_table(report: dict) -> str:
             lines.append(f"{r['ef']:>5} {r['filter']:<12} {r['recall@10']:>9.4f} {r['p50_ms']:>8.3f} {r['p95_ms']:>8.3f}")
     lines.append("checks: " + ", ".join(f"{k}={v}" for k, v in report["checks"].items()))
     if report.get("tuning"):
-        try:  # the sibling benchmark module, imported only when its report exists
-            from scifact_tuning import table as tuning_table
-        except ImportError:
-            from benchmarks.scifact_tuning import table as tuning_table
-
         lines.append("tuned on train, tested once (benchmarks/scifact_tuning.py):\n" + tuning_table(report["tuning"]))
         for emb, rep in (report.get("tuning_other_embedders") or {}).items():
             lines.append(f"the same routes with {emb} as the dense signal (--embedder {emb}):\n" + tuning_table(rep))

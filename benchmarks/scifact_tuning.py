@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
+from benchmarks._scifact_tables import tuning_table  # noqa: E402
 from benchmarks.scifact import PRODUCT_DEPTH, PRODUCT_VARIANTS, _log, product_runs  # noqa: E402
 
 METRICS = ["ndcg@10", "recall@100"]
@@ -505,49 +506,9 @@ def main(argv=None) -> int:
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    _log(table(report))
+    _log(tuning_table(report))
     _log(f"wrote {out}")
     return 0
-
-
-def table(report: dict) -> str:
-    """Every configuration tried: train nDCG@10 / R@100, and for those taken to test the test figure,
-    the paired randomization p-value vs hybrid RRF and latency; then the one-off indexing cost."""
-    t = report["test"]
-    lines = [f"{'config':<52} {'train':>7} {'R@100':>6} {'test':>7} {'p_vs_rrf':>9} {'p50ms':>7} {'p95ms':>7}"]
-    rows = report["train"]["rows"]
-    for n in sorted(set(rows) | set(t["scores"]), key=lambda n: -rows.get(n, {}).get("ndcg@10", 0.0)):
-        tr = rows.get(n, {})
-        cells = f"{n:<52} {tr.get('ndcg@10', float('nan')):>7.4f} {tr.get('recall@100', float('nan')):>6.3f}"
-        if n in t["scores"]:
-            p = t["vs_rrf"].get(n, {}).get("ndcg@10", {}).get("p_value")
-            cells += (f" {t['scores'][n]['ndcg@10']:>7.4f} {'' if p is None else f'{p:.4f}':>9} "
-                      f"{t['latency_ms'][n]['p50']:>7.1f} {t['latency_ms'][n]['p95']:>7.1f}")
-        lines.append(cells)
-    emb = report.get("embedder", "minilm")
-    idx = {v.get("build_s") for v in t.get("index", {}).values()}
-    which = "one MiniLM index for every row" if emb == "minilm" else f"MiniLM for rrf_k60, {emb} for the rest"
-    lines.append(f"indexing (one-off, whole-documents indexes, {which}): "
-                 f"build_s {sorted(i for i in idx if i)} (embeddings from the cache)")
-    enc = report.get("encoding_cost")
-    if enc:
-        lines.append(f"encoding {enc['embedder']}: {enc['s_per_doc']} s/doc on {enc['sample_docs']} docs -> "
-                     f"~{enc['estimated_full_encode_min']} min for {enc['corpus_docs']} docs, paid once (cache)")
-    bm = report.get("bm25_params_offline")
-    if bm:
-        best = max(bm["rows"], key=lambda k: bm["rows"][k]["convex_z_a0.5"])
-        lines.append(f"BM25 k1/b (offline, train; product k1.2_b0.75): best fused {best} {bm['rows'][best]} "
-                     f"vs product {bm['rows'].get(bm['product'])}")
-    pf = report.get("prefetch_grid_offline")
-    if pf:
-        lines.append(f"hybrid_prefetch x convex (offline, train): best {pf['best']} {pf['rows'][pf['best']]}")
-    for ds, g in report.get("generalisation", {}).items():
-        lines.append(f"{ds}: " + ", ".join(
-            f"{n} {g['scores'][n]['ndcg@10']:.4f}" + (f" (p {g['vs_rrf'][n]['ndcg@10']['p_value']:.4f})"
-                                                      if n in g.get("vs_rrf", {}) else "") for n in g["scores"]))
-        for n, r in g.get("non_inferiority_vs_rrf", {}).items():  # reports before issue 23 have none
-            lines.append(f"  {n} vs rrf_k60, nDCG@10: {r['ndcg@10']['sentence']}")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":
