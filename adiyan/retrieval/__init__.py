@@ -13,8 +13,8 @@ from .dense import ExactDenseIndex, embed_queries, embed_texts, top_k_positions
 from .fusion import rank_order, rrf
 from .hnsw_recall import measure_hnsw_recall, visibility
 from .pipeline import Retriever, UnsupportedSetting
-from .rerank import BiEncoderReranker, CrossEncoderReranker, Reranker, rerank
+from .rerank import BiEncoderReranker, Reranker, rerank
 
 __all__ = ["Retriever", "UnsupportedSetting", "BM25Retriever", "ExactDenseIndex", "embed_queries", "embed_texts",
-           "top_k_positions", "rank_order", "rrf", "measure_hnsw_recall", "visibility", "BiEncoderReranker", "CrossEncoderReranker", "Reranker",
+           "top_k_positions", "rank_order", "rrf", "measure_hnsw_recall", "visibility", "BiEncoderReranker", "Reranker",
            "rerank"]

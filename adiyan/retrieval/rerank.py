@@ -1,14 +1,12 @@
 """Second-stage re-ranking of a first-stage run's top candidates.
 
-Two re-rankers implement one small protocol, ``score(query, texts) -> list[float]``:
-
-* ``BiEncoderReranker`` (the offline default): re-scores candidates by cosine with a stronger
-  bi-encoder than the first stage (all-mpnet-base-v2 by default). Behind a ``CachedEmbedder``
-  every document is embedded once per model and content hash, so re-running a benchmark, or
-  re-ranking a deeper list, only pays for documents never seen before.
-* ``CrossEncoderReranker``: a sentence-transformers ``CrossEncoder`` loaded from a local
-  folder. None is packaged for offline use here (offline.md), and nothing is downloaded: a
-  path that is not a folder is an error.
+A re-ranker implements one small protocol, ``score(query, texts) -> list[float]``. The one
+shipped is ``BiEncoderReranker``: it re-scores candidates by cosine with a stronger bi-encoder
+than the first stage (all-mpnet-base-v2 by default). Behind a ``CachedEmbedder`` every document
+is embedded once per model and content hash, so re-running a benchmark, or re-ranking a deeper
+list, only pays for documents never seen before. There is no cross-encoder: none ships in an
+offline package (/work/shared/docs/offline.md), and the one that was here could be reached by
+no setting.
 
 ``rerank`` re-orders each query's ``top_n`` first-stage candidates by the re-ranker's scores
 and keeps the rest of the list below them in first-stage order, so Recall@100 of a re-ranked
@@ -72,30 +70,6 @@ class BiEncoderReranker:
         q = np.asarray(self.embedder.embed([query], "query"), dtype=np.float32)[0]
         d = np.asarray(self.embedder.embed(list(texts), "document"), dtype=np.float32)
         return [float(x) for x in d @ q]
-
-
-class CrossEncoderReranker:
-    """A local sentence-transformers CrossEncoder folder; never downloads."""
-
-    def __init__(self, path: str | os.PathLike, *, batch_size: int = 32, max_length: int | None = 512):
-        path = Path(path)
-        if not path.is_dir():
-            raise FileNotFoundError(f"CrossEncoderReranker: {path} is not a folder; give the path of a local "
-                                    "cross-encoder (e.g. a saved cross-encoder/ms-marco-MiniLM-L-6-v2); "
-                                    "nothing is downloaded")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from sentence_transformers import CrossEncoder  # heavy: torch loads only with a cross-encoder
-
-        self._model = CrossEncoder(str(path), device="cpu", max_length=max_length, local_files_only=True)
-        self.id = f"cross-encoder:{path.name}"
-        self.batch_size = batch_size
-
-    def score(self, query: str, texts: Sequence[str]) -> list[float]:
-        if not texts:
-            return []
-        out = self._model.predict([(query, t) for t in texts], batch_size=self.batch_size,
-                                  show_progress_bar=False, convert_to_numpy=True)
-        return [float(x) for x in np.asarray(out).reshape(-1)]
 
 
 def candidates(run: Mapping[str, Mapping[str, float]], top_n: int) -> dict[str, list[str]]:
