@@ -46,6 +46,7 @@ def _mrr_by_hand(rows, k: int) -> float:
     return sum(rrs) / len(rrs)
 
 
+@pytest.mark.private_cache  # counts the first run's embedding misses
 def test_eval_writes_reports_and_reruns_identically_from_cache(make_settings):
     s = make_settings(**{"eval.evalset": str(EVALSET), "eval.generate": False, "eval.judge": None,
                          "eval.incidents": False})
