@@ -26,7 +26,7 @@ from .eval.runner import RegressionFailed, run_eval, summary_lines
 from .factory import open_kb, open_retriever
 from .kb import DocumentNotFound, IngestError, IngestItem
 from .models.check import check_models
-from .report_index import write_index
+from .report.index import write_index
 from .retrieval.floor import FLOORS_FILE, save_floor
 from .retrieval import UnsupportedSetting
 from .testset.cli import add_testset_parser

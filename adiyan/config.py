@@ -101,7 +101,7 @@ class IngestConfig(_Section):
     archive_max_members: int = Field(1000, ge=1)
     archive_max_total_bytes: int = Field(200_000_000, ge=1)
     archive_max_ratio: float = Field(100.0, gt=1)
-    # A PDF of at least this many pages is a book: also stored page by page in <prefix>book_pages (adiyan/kb_pages.py)
+    # A PDF of at least this many pages is a book: also stored page by page in <prefix>book_pages (adiyan/kb/pages.py)
     book_min_pages: int = Field(10, ge=1)
 
 

@@ -16,7 +16,7 @@ from .cache import CallCache
 from .config import Settings
 from .ingest.rawstore import RawStore
 from .kb import KnowledgeBase
-from .kb_pages import BookPages
+from .kb.pages import BookPages
 from .memory import Memory
 from .models import embedder_from_settings, llm_from_settings
 from .retrieval.floor import resolve_floor

@@ -1,7 +1,7 @@
 """What reading through the committed version costs: search latency with and without the read gate.
 
 Every engine search of the knowledge base (``KnowledgeBase.search``, under all three searching
-read paths) keeps only chunks of each source's committed version (``adiyan.kb_policy.committed_only``:
+read paths) keeps only chunks of each source's committed version (``adiyan.kb.policy.committed_only``:
 one SQLite lookup of the result's sources), asking the engine again when replaced or uncommitted
 chunks took places in the top k. The reference, measured in the same run on the same index and
 queries, is the same search with the gate switched off (what ``kb.search`` did before issue 13:
@@ -38,7 +38,7 @@ import adiyan.kb as kbmod
 from adiyan.config import load_settings
 from adiyan.eval.beir import load_beir
 from adiyan.factory import open_embedder, open_kb, open_retriever
-from adiyan.kb_policy import committed_only
+from adiyan.kb.policy import committed_only
 
 REQUESTER = "bench-reader"
 

@@ -16,7 +16,7 @@ import pytest
 from adiyan.eval import metrics as M
 from adiyan.eval.agent_eval import TRACES_FILE, agent_metrics
 from adiyan.eval.runner import run_eval
-from adiyan.report_agent import agent_section
+from adiyan.report.agent import agent_section
 
 ROOT = Path(__file__).resolve().parents[1]
 BASIC = ROOT / "evalsets" / "adiyan_basic"

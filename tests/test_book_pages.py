@@ -1,4 +1,4 @@
-"""The book-pages collection (adiyan/kb_pages.py): page-level results with the right page number,
+"""The book-pages collection (adiyan/kb/pages.py): page-level results with the right page number,
 the evalset's book indexed page by page, and the access policy over the book-pages read path."""
 
 import tempfile
@@ -12,7 +12,7 @@ from adiyan.cache import CachedEmbedder, EmbeddingCache
 from adiyan.config import load_settings
 from adiyan.factory import open_kb, open_retriever
 from adiyan.kb import DocumentNotFound
-from adiyan.kb_pages import PAGE_CHARS, book_pages, top_level_chapters
+from adiyan.kb.pages import PAGE_CHARS, book_pages, top_level_chapters
 from adiyan.store.base import Cond, Filter
 from tests.test_access_policy import COMMON, EXAMPLES, REQUESTERS, docs_strategy
 from tests.test_parse import build_pdf

@@ -15,7 +15,7 @@ import zipfile
 import pytest
 
 from adiyan.ingest import parse_document
-from adiyan.kb_pages import PAGE_CHARS, book_pages
+from adiyan.kb.pages import PAGE_CHARS, book_pages
 from tests.test_book_pages import _retriever, shared_embedder  # noqa: F401 - the fixture is used by name
 from tests.test_parse import assert_refused, word_recall
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from adiyan.report import write_run_report
-from adiyan.report_index import write_index
+from adiyan.report.index import write_index
 
 EXTERNAL_REF = re.compile(r"""(?:\b(?:src|href)\s*=\s*["']?\s*|url\(\s*["']?\s*)https?://""", re.I)
 XSS = "<script>alert(1)</script>"
@@ -177,7 +177,7 @@ def test_output_is_byte_identical(reports):
     second = (write_run_report(run).read_bytes(), write_index(reports).read_bytes())
     assert first == second
     # and across processes (fresh matplotlib state, no shared id counters)
-    code = ("import sys; from pathlib import Path; from adiyan.report import write_run_report; from adiyan.report_index import write_index;"
+    code = ("import sys; from pathlib import Path; from adiyan.report import write_run_report; from adiyan.report.index import write_index;"
             "write_run_report(Path(sys.argv[1])); write_index(Path(sys.argv[2]))")
     repo_root = Path(__file__).resolve().parents[1]  # works before `pip install -e .` too
     subprocess.run([sys.executable, "-c", code, str(run), str(reports)], check=True, cwd=repo_root)

@@ -35,7 +35,7 @@ def reports(tmp_path_factory) -> Path:
     from adiyan.config import load_settings
     from adiyan.eval.compare import compare_runs
     from adiyan.eval.runner import run_eval
-    from adiyan.report_index import write_index
+    from adiyan.report.index import write_index
 
     tmp = tmp_path_factory.mktemp("browser")
     base = {"paths.data_dir": str(tmp / "data"), "paths.reports_dir": str(tmp / "reports"),

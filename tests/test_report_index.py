@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from adiyan.config import load_settings
-from adiyan.report_index import settings_diff, write_index
+from adiyan.report.index import settings_diff, write_index
 
 FULL = {"name": "adiyan_full", "hash": "0458" * 16, "n_questions": 48}
 BASIC = {"name": "adiyan_basic", "hash": "ab12" * 16, "n_questions": 16}

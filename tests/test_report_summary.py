@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from adiyan.report import write_run_report
-from adiyan.report_summary import bootstrap_ci, failures, headline, ndcg_at, recall_at
+from adiyan.report.summary import bootstrap_ci, failures, headline, ndcg_at, recall_at
 
 DATA = {"name": "adiyan_basic", "hash": "ab" * 32, "n_questions": 5}
 

@@ -23,7 +23,7 @@ from adiyan.eval.reliability import group_line
 from adiyan.eval.runner import run_eval, summary_lines
 from adiyan.models.base import Completion
 from adiyan.report import write_run_report
-from adiyan.report_index import write_index
+from adiyan.report.index import write_index
 from adiyan.sweeps import gather as G
 from adiyan.sweeps.run import write_outputs
 

@@ -40,7 +40,7 @@ from ..context import assemble, open_conversation_retriever
 from ..factory import describe_engines, open_llm, open_memory
 from ..generation import effective_budget
 from ..report import fmt, write_run_report
-from ..report_index import write_index
+from ..report.index import write_index
 from ..retrieval.pipeline import UnsupportedSetting
 from ..retrieval.transform import HISTORY_MODES
 from . import metrics as M

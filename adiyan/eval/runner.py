@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from .. import __version__
 from ..cache import CallCache
 from ..report import write_run_report
-from ..report_index import write_index
+from ..report.index import write_index
 from ..factory import describe_engines, open_llm, open_retriever, score_floor
 from ..models.structured import describe_structured
 from ..retrieval.floor import floor_decision

@@ -6,7 +6,7 @@ old EPUB 2 files) is converted to Markdown by Docling's HTML backend, as an ``.h
 and becomes one ``chapter`` unit titled by its table-of-contents entry (the EPUB 3 navigation
 document, else the EPUB 2 NCX) or, failing that, its first heading. Chapters are joined by a
 blank line and each unit records its length, so the knowledge base's book pages
-(``adiyan/kb_pages.py``) split the text back into chapters exactly.
+(``adiyan/kb/pages.py``) split the text back into chapters exactly.
 
 Refused, naming the reason: a zip that is not an EPUB (no ``META-INF/container.xml``, or no
 package document where it points), a spine entry missing from the archive, DRM (spine documents

@@ -74,7 +74,7 @@ class _Pdfium:
 
 
 def pdf_to_markdown(data: bytes, filename: str, report: ExtractionReport, ocr: str) -> str:
-    """Every page through the tiers; pages joined by a blank line (``kb_pages.pdf_pages`` splits them again)."""
+    """Every page through the tiers; pages joined by a blank line (``kb.pages.pdf_pages`` splits them again)."""
     page_count, layer, unreadable = pdf_page_texts(data, filename, report)
     pdfium = _Pdfium(data)
     texts = []

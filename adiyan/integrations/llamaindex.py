@@ -59,7 +59,7 @@ from ..eval.harness import EVAL_REQUESTER, QuestionRows, retrieval_metrics, sour
 from ..eval.ragas_metrics import score_non_llm, summarize
 from ..generation import approx_tokens
 from ..report import write_run_report
-from ..report_index import write_index
+from ..report.index import write_index
 
 DEFAULT_SOURCE_KEY = "file_name"
 

@@ -34,7 +34,7 @@ from typing import Callable
 
 from ..cache import CallCache
 from ..config import RetrievalConfig
-from ..kb_policy import visible_to
+from ..kb.policy import visible_to
 from ..models import llm_from_settings
 from ..types import RetrievalResult, RetrievedChunk
 from .floor import resolve_floor
@@ -344,7 +344,7 @@ class Retriever:
     def extraction_report(self, source: str, requester_id: str | None, is_owner: bool = False) -> dict:
         return self.kb.extraction_report(source, requester_id, is_owner)
 
-    # the seventh read path: books page by page (adiyan.kb_pages), under the same access policy
+    # the seventh read path: books page by page (adiyan.kb.pages), under the same access policy
     def search_book_pages(self, query: str, requester_id: str | None, is_owner: bool = False,
                           top_k: int | None = None, *, within: str | None = None,
                           floor: float | None = None) -> list[RetrievedChunk]:

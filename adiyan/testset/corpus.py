@@ -1,7 +1,7 @@
 """The generator's view of a corpus: documents parsed and chunked through the knowledge base's path.
 
 A document goes through exactly what ``adiyan ingest`` / ``invoke eval`` do to it: the batch plan
-(:func:`adiyan.kb_batch.plan_batch`: size limit, key validation, duplicate keys refused, containers
+(:func:`adiyan.kb.batch.plan_batch`: size limit, key validation, duplicate keys refused, containers
 recognised), the parser behind the parse cache (:func:`adiyan.ingest.parse.parse_cached`) and the
 configured chunker (:func:`adiyan.chunking.chunk_text`, with the parser's ``authored_markdown``), so
 the chunks a question is asked about are the chunks the knowledge base stores. Container members
@@ -20,9 +20,9 @@ from ..chunking import chunk_text
 from ..eval.evalset import EvalsetError
 from ..factory import parse_cache
 from ..ingest.parse import ParseError, parse_cached
-from ..kb_batch import BatchDocument, BatchError, ContainerDone, IngestItem, plan_batch
-from ..kb_pages import unit_spans
-from ..kb_policy import VISIBILITIES, IngestError
+from ..kb.batch import BatchDocument, BatchError, ContainerDone, IngestItem, plan_batch
+from ..kb.pages import unit_spans
+from ..kb.policy import VISIBILITIES, IngestError
 
 DEFAULT_OWNER = "adiyan-office"
 

@@ -31,7 +31,7 @@ from ...context import answer as answer_turn
 from ...context import assemble
 from ...factory import open_embedder, open_llm
 from ...report import write_run_report
-from ...report_index import write_index
+from ...report.index import write_index
 from ...retrieval.pipeline import UnsupportedSetting
 from .. import metrics as M
 from ..ragas_metrics import score_non_llm, summarize

@@ -18,7 +18,7 @@ so the embedder sees text it can read whole). Every point carries the KB chunk p
 plus ``page``, ``page_count``, ``chapter`` and ``heading_path`` (at the passage's start).
 
 Access is the knowledge base's, applied the same way: the access filter inside the engine query
-(owner role bypasses it) and the committed-version gate (:func:`adiyan.kb_policy.committed_only`),
+(owner role bypasses it) and the committed-version gate (:func:`adiyan.kb.policy.committed_only`),
 so a page is shown only while its document's committed record names its version, visibility and
 owner; a hidden book answers exactly like a missing one (:class:`adiyan.kb.DocumentNotFound`).
 Pages are derived from the committed record (its stored text and report), written right after
@@ -36,12 +36,12 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .chunking import chunk_text
-from .cache import embedder_identity
-from .kb import DocumentNotFound
-from .kb_policy import access_filter, committed_only
-from .store.base import Cond, Filter, Point
-from .types import RetrievedChunk
+from ..chunking import chunk_text
+from ..cache import embedder_identity
+from . import DocumentNotFound
+from .policy import access_filter, committed_only
+from ..store.base import Cond, Filter, Point
+from ..types import RetrievedChunk
 
 log = logging.getLogger(__name__)
 PAGE_CHARS = 3000  # a Markdown / DOCX "page": about one printed page (~500 words)

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from .config import IngestConfig
-from .ingest.containers import expand, is_container
-from .ingest.parse import ParseError
-from .kb_policy import IngestError, source_key, validate_filename
+from ..config import IngestConfig
+from ..ingest.containers import expand, is_container
+from ..ingest.parse import ParseError
+from .policy import IngestError, source_key, validate_filename
 
 
 @dataclass

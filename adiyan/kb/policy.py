@@ -13,8 +13,8 @@ component. Keys are never Unicode-normalised (NFKC folds look-alikes such as ``â
 
 from __future__ import annotations
 
-from .ingest.names import name_problem
-from .store.base import Cond, Filter
+from ..ingest.names import name_problem
+from ..store.base import Cond, Filter
 
 VISIBILITIES = ("private", "global")
 MAX_COMPONENT_BYTES = 255  # what common file systems allow for one name

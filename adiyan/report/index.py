@@ -26,10 +26,10 @@ import yaml
 from jinja2 import Environment
 from markupsafe import Markup
 
-from .config import Settings
-from .eval import metrics as M
-from .report import CSS, _direction, _load_run, _n_of, _num, _parse_time, _plot_trend, _short, fmt, judged_unreliable
-from .report_summary import _headline_names
+from ..config import Settings
+from ..eval import metrics as M
+from . import CSS, _direction, _load_run, _n_of, _num, _parse_time, _plot_trend, _short, fmt, judged_unreliable
+from .summary import _headline_names
 
 IGNORED_PREFIXES = ("paths.",)  # where files go, not what was measured
 

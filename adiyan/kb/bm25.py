@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from .store.base import LexicalEncoder, Point
+from ..store.base import LexicalEncoder, Point
 
 
 class CorpusBm25Stats:

@@ -17,13 +17,13 @@ No visibility window: the commit (one SQLite transaction) is the only switch. Ev
 through the committed record: the three whole-document paths read it directly, and the engine
 search (:meth:`KnowledgeBase.search`, which the pipeline's three searching paths call) returns
 a chunk only when its ``(doc_version, visibility, owner)`` is the committed record's
-(:func:`adiyan.kb_policy.committed_only`), over-fetching to refill k. So before the commit no
+(:func:`adiyan.kb.policy.committed_only`), over-fetching to refill k. So before the commit no
 read shows the new version, from the commit on none shows the old one (however long its
 chunks wait for deletion, a crash included), one result never mixes two versions of a
 document, and narrowing a document's visibility (global → private) takes effect at the commit.
 
-Keys (:mod:`adiyan.kb_policy`) are ``<owner>/<name>``, the name a file name or a relative path;
-batches expand containers into documents keyed under the container (:mod:`adiyan.kb_batch`).
+Keys (:mod:`adiyan.kb.policy`) are ``<owner>/<name>``, the name a file name or a relative path;
+batches expand containers into documents keyed under the container (:mod:`adiyan.kb.batch`).
 """
 
 from __future__ import annotations
@@ -41,20 +41,20 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
-from .cache import embedder_identity
-from .chunking import chunk_stats, chunk_text
-from .config import ChunkingConfig, IngestConfig
-from .ingest.parse import ParseError, parse_cached
-from .ingest.rawstore import DocumentRecord, RawStore
-from .kb_batch import (
+from ..cache import embedder_identity
+from ..chunking import chunk_stats, chunk_text
+from ..config import ChunkingConfig, IngestConfig
+from ..ingest.parse import ParseError, parse_cached
+from ..ingest.rawstore import DocumentRecord, RawStore
+from .batch import (
     BatchError,
     ContainerDone,
     IngestItem,
     plan_batch,
     read_item,
 )
-from .kb_bm25 import CorpusBm25Stats
-from .kb_policy import (
+from .bm25 import CorpusBm25Stats
+from .policy import (
     VISIBILITIES,
     IngestError,
     access_filter,
@@ -62,8 +62,8 @@ from .kb_policy import (
     source_key,
     validate_filename,
 )
-from .store.base import Cond, Empty, Filter, LexicalEncoder, Point
-from .types import RetrievalResult, RetrievedChunk  # noqa: F401 - re-exported for callers of the KB
+from ..store.base import Cond, Empty, Filter, LexicalEncoder, Point
+from ..types import RetrievalResult, RetrievedChunk  # noqa: F401 - re-exported for callers of the KB
 
 __all__ = ["VISIBILITIES", "DocumentNotFound", "IngestError", "IngestItem", "IngestResult", "KnowledgeBase",
            "access_filter", "source_key", "validate_filename"]
@@ -129,7 +129,7 @@ class KnowledgeBase(CorpusBm25Stats):
         self.pending_dir.mkdir(parents=True, exist_ok=True)
         # Fault injection for tests: called with a stage name at each step of the write path.
         self.fault_hook: Callable[[str], None] | None = None
-        self.book_pages = None  # adiyan.kb_pages.BookPages, attached by adiyan.factory.open_kb
+        self.book_pages = None  # adiyan.kb.pages.BookPages, attached by adiyan.factory.open_kb
         self._source_locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._bm25_stats = self.raw.root / "bm25.json"
@@ -184,7 +184,7 @@ class KnowledgeBase(CorpusBm25Stats):
 
         ``items`` are :class:`IngestItem` (or ``(data_or_path, filename, owner, visibility)``
         tuples); a filename may be a relative path. Containers are expanded and every member is
-        a document of its own (:mod:`adiyan.kb_batch`); two documents with one key are refused
+        a document of its own (:mod:`adiyan.kb.batch`); two documents with one key are refused
         by name. Each document is parsed and chunked on its own; a bad one gets its
         :class:`IngestError` and the rest go on. The chunks of up to ``batch_chunks`` are then
         embedded in one call, stored in one engine update and committed in one raw-store
@@ -469,7 +469,7 @@ class KnowledgeBase(CorpusBm25Stats):
                 self.store.delete(self.collection, Filter(must=(Cond("source_filename", p.key),),
                                                           must_not=(Cond("doc_version", p.doc_version),)))
         self._fault("after_cleanup")
-        if self.book_pages is not None and todo:  # pages follow the committed records (adiyan.kb_pages)
+        if self.book_pages is not None and todo:  # pages follow the committed records (adiyan.kb.pages)
             self.book_pages.sync([p.key for p in todo])
         for p, marker in zip(todo, markers):
             marker.unlink(missing_ok=True)

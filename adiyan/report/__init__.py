@@ -1,6 +1,6 @@
-"""HTML reports for evaluation runs: one page per run (the index of runs is adiyan/report_index.py).
+"""HTML reports for evaluation runs: one page per run (the index of runs is adiyan/report/index.py).
 
-A run page opens on its summary (adiyan/report_summary.py: the headline metrics with their 95%
+A run page opens on its summary (adiyan/report/summary.py: the headline metrics with their 95%
 intervals and the deltas against the previous run on the same data and the baseline), then its
 warnings, then the failing questions worst first (leaks, gold missed, wrong abstentions, missed
 keywords), each folding open to its retrieved context, then plots and the full tables.
@@ -25,12 +25,12 @@ from jinja2 import Environment  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 from markupsafe import Markup  # noqa: E402
 
-from .eval import metrics as M  # noqa: E402
-from .report_agent import agent_section  # noqa: E402
-from .report_summary import failures as failing_questions  # noqa: E402
-from .report_summary import fmt, recall_at, summary_section  # noqa: E402
-from .report_summary import num as _num  # noqa: E402
-from .report_summary import parse_time as _parse_time  # noqa: E402
+from ..eval import metrics as M  # noqa: E402
+from .agent import agent_section  # noqa: E402
+from .summary import failures as failing_questions  # noqa: E402
+from .summary import fmt, recall_at, summary_section  # noqa: E402
+from .summary import num as _num  # noqa: E402
+from .summary import parse_time as _parse_time  # noqa: E402
 
 COLORS = {"hit": "#1b9e77", "miss": "#d95f02", "n/a": "#9e9e9e"}
 _RC = {"svg.hashsalt": "adiyan", "text.parse_math": False, "font.size": 9}  # parse_math: ids may hold "$"
