@@ -49,6 +49,7 @@ def proxy(llama_server):
         yield p
 
 
+@pytest.mark.private_cache  # counts the embedding cache's rows: a shared cache holds other tests' rows
 def test_slow_server(make_settings, proxy):
     """Replies later than llm.timeout_s / eval.judge_timeout_s / embedder.timeout_s: timeouts,
     named and counted, nothing cached; the next run (server answering in time) succeeds."""
@@ -120,6 +121,7 @@ def test_server_down(make_settings, llama_server, minilm):
         assert cached_rows(s) == 2
 
 
+@pytest.mark.private_cache  # counts the embedding cache's rows: a shared cache holds other tests' rows
 def test_malformed_replies(make_settings, proxy):
     """HTTP 500, JSON cut off, a text body, JSON of the wrong shape: each a ModelResponseError
     naming the URL, each a counted judge error, none cached; then the real answer is."""
