@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     pme.add_argument("--embedder", action="append", help="embedding similarity with this embedder (repeatable; "
                      "default minilm)")
     pme.add_argument("--output", help="folder for meta_eval.json and index.html (default reports/meta_eval)")
-    pme.add_argument("--write-registry", action="store_true", help="also write adiyan/eval/human_correlation.yaml")
+    pme.add_argument("--write-registry", action="store_true", help="also write adiyan/human_correlation.yaml")
     pme.add_argument("--quiet", action="store_true")
     pme.set_defaults(fn=cmd_meta_eval)
     add_testset_parser(sub)  # adiyan testset generate | validate (adiyan/testset/cli.py)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from adiyan.cache import CallCache
 from adiyan.config import load_settings, parse_set
-from adiyan.eval import metrics as M
+from adiyan import metrics as M
 from adiyan.eval.agent_eval import run_question
 from adiyan.eval.harness import close_index, open_index, question_rows
 from adiyan.factory import open_llm, open_retriever

@@ -18,7 +18,7 @@ os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
 
 from adiyan.eval import meta_eval as ME  # noqa: E402
 from adiyan.eval import meta_eval_scores as MS  # noqa: E402
-from adiyan.eval import metrics as M  # noqa: E402
+from adiyan import metrics as M  # noqa: E402
 from adiyan.eval.meta_eval_method import (ASPECTS, against_humans, bootstrap_indices, correlation,  # noqa: E402
                                           human_agreement, interval, metric_row, same_scores, scaled_deltas)
 from adiyan.eval.ragas_metrics import bleu_score  # noqa: E402
@@ -172,7 +172,7 @@ def test_derived_keywords_and_their_share():
 
 @needs_data
 def test_committed_registry_table_matches_a_fresh_computation(make_settings):
-    """adiyan/eval/human_correlation.yaml (written by adiyan meta-eval --write-registry) holds the
+    """adiyan/human_correlation.yaml (written by adiyan meta-eval --write-registry) holds the
     figures this data gives today for every offline registry metric."""
     table = yaml.safe_load(M.HUMAN_CORRELATION_FILE.read_text(encoding="utf-8"))
     assert table["data_sha256"] == {f: ME.file_sha256(DATA / f) for f in (ME.HUMAN_FILE, ME.RAGCHECKER_FILE)}

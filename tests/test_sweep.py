@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from adiyan import sweeps as S
-from adiyan.eval import metrics as M
+from adiyan import metrics as M
 from adiyan.experiments import common as C
 from adiyan.experiments import dims as D
 from adiyan.experiments import memory as MEM

@@ -137,7 +137,7 @@ def test_judged_metrics_are_marked_unreliable_with_the_embedded_judge(scored_swe
 
 
 def test_record_maps_run_groups_to_their_registry_entries(tmp_path):
-    from adiyan.eval import metrics as M
+    from adiyan import metrics as M
     from adiyan.experiments.common import PointResult, record
 
     p = record(tmp_path, PointResult({"hit_rate": 0.5, "ragas.rouge_score": 0.2, "ragas_llm.faithfulness": None,

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from adiyan import sweeps as S
-from adiyan.eval import metrics as M
+from adiyan import metrics as M
 from adiyan.eval.judge import Judge, calibration_prompt
 from adiyan.eval.reliability import group_line
 from adiyan.eval.runner import run_eval, summary_lines

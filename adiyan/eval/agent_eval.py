@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from ..agent import Agent, AuthorizationError, DocumentText, Scratchpad, ToolFailure, compact
 from ..generation import NO_CONTEXT_ANSWER
 from ..types import RetrievalResult
-from . import metrics as M
+from .. import metrics as M
 from .harness import leaked
 
 AGENT_TIER = "member"

@@ -43,7 +43,7 @@ from ..report import fmt, write_run_report
 from ..report.index import write_index
 from ..retrieval.pipeline import UnsupportedSetting
 from ..retrieval.transform import HISTORY_MODES
-from . import metrics as M
+from .. import metrics as M
 from .evalset import ConversationSet, load_conversation_set
 from .harness import EVAL_REQUESTER, close_index, open_index
 

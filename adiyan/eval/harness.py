@@ -41,7 +41,7 @@ from ..generation import approx_tokens
 from ..kb import IngestError, IngestItem
 from ..retrieval.pipeline import UnsupportedSetting, refuse_inert
 from ..types import RetrievedChunk
-from . import metrics as M
+from .. import metrics as M
 from .beir_protocol import refuse_beir_protocol
 from .evalset import Evalset, load_evalset
 from .ir_metrics import evaluate_run, per_query

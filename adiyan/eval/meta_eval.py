@@ -34,7 +34,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import yaml
 
-from . import metrics as M
+from .. import metrics as M
 from .meta_eval_method import (ASPECTS, MetaInstance, bootstrap_indices, human_agreement,  # noqa: F401
                                metric_row, same_scores)
 from .meta_eval_scores import CONTEXT_FREE, judged_part, not_applicable_rows, offline_rows
@@ -246,7 +246,7 @@ REGISTRY_GROUPS = {
 
 
 def human_correlation_table(result: Mapping) -> dict:
-    """What ``adiyan/eval/human_correlation.yaml`` holds: per registry metric its row (or why it is
+    """What ``adiyan/human_correlation.yaml`` holds: per registry metric its row (or why it is
     not measured), with the data's hashes and the bootstrap settings. Deterministic (no dates)."""
     metrics = {}
     for row in result["rows"]:

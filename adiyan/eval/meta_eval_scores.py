@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ..cache import CallCache
 from ..models import embedder_from_settings
-from . import metrics as M
+from .. import metrics as M
 from .harness import close_index, open_index
 from .judge import (PreferencePair, calibrate_preferences, calibrate_reusing, evalset_calibration_pairs,
                     judge_from_settings)

@@ -34,7 +34,7 @@ from ..factory import describe_engines, open_llm, open_retriever, score_floor
 from ..models.structured import describe_structured
 from ..retrieval.floor import floor_decision
 from ..generation import answer_question, effective_budget
-from . import metrics as M
+from .. import metrics as M
 from .agent_eval import run_agent_eval
 from .conversations import run_conversations
 from .evalset import is_conversation_set

@@ -4,7 +4,7 @@ A notebook computes a :class:`PointResult` with an experiment of this package an
 ``record(output_dir, result)``, which writes ``output_dir/point.json`` for the sweep runner
 (a no-op when the notebook is run by hand, ``output_dir`` None). Every metric and every
 numeric per-question score must be declared in the metric registry
-(:mod:`adiyan.eval.metrics`, group ``sweep``): the sweep pages read its direction from there,
+(:mod:`adiyan.metrics`, group ``sweep``): the sweep pages read its direction from there,
 so an undeclared name is an error here, in the notebook, rather than a guess later.
 """
 
@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..eval import metrics as M
+from .. import metrics as M
 
 POINT_FILE = "point.json"
 METRIC_GROUP = "sweep"  # the registry group of every experiment metric and per-question score
@@ -131,7 +131,7 @@ def record(output_dir: str | os.PathLike | None, result: PointResult | Mapping[s
     if missing:
         raise M.UnregisteredMetric(f"metric(s) {', '.join(missing)} not registered in group {METRIC_GROUP!r} (or the "
                                    "group before the dot) of "
-                                   "adiyan.eval.metrics.REGISTRY: declare each (direction, range) before recording it")
+                                   "adiyan.metrics.REGISTRY: declare each (direction, range) before recording it")
     if output_dir is None:
         return None
     out = Path(output_dir)

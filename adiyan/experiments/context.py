@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..cache import CallCache
-from ..eval import metrics as M
+from .. import metrics as M
 from ..eval.harness import open_index, question_rows, refuse_conversation_settings
 from ..factory import open_llm, open_retriever
 from ..generation import answer_question

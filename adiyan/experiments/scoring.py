@@ -31,7 +31,7 @@ import re
 from pathlib import Path
 
 from ..cache import CallCache
-from ..eval import metrics as M
+from .. import metrics as M
 from ..eval.harness import retrieval_metrics
 from ..eval.ragas_metrics import sample_indices, score_non_llm, summarize
 from ..eval.regression import check, load_cases

@@ -52,7 +52,7 @@ from pydantic import PrivateAttr
 from tqdm.auto import tqdm
 
 from .. import __version__
-from ..eval import metrics as M
+from .. import metrics as M
 from ..eval.arrow import write_per_question
 from ..eval.evalset import Evalset, load_evalset
 from ..eval.harness import EVAL_REQUESTER, QuestionRows, retrieval_metrics, source_run

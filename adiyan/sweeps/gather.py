@@ -5,7 +5,7 @@ A point's metrics come from its ``point.json`` (written by the notebook through
 notebook that ran ``run_eval`` (evaluate.ipynb), from the run's ``metrics.json``, where a column
 ``retrieval.ndcg@10`` is metric ``ndcg@10`` of group ``retrieval`` and ``timings.total_s`` is
 ``total_s`` of group ``timings``. Which direction is better always comes from the metric
-registry (:mod:`adiyan.eval.metrics`) under that (group, name); a metric it does not declare is
+registry (:mod:`adiyan.metrics`) under that (group, name); a metric it does not declare is
 an error naming it, never a guess from the name.
 
 An LLM-judged metric (the registry's ``judged`` flag) of a point whose judge was not calibrated
@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..eval import metrics as M
+from .. import metrics as M
 from ..eval.ir_metrics import fisher_randomization_p
 from ..experiments.common import METRIC_GROUP, POINT_FILE, is_score
 from .spec import FAILED, MARKER, Point, SweepSpec, baseline_point, is_complete, notebook_code_hash, point_fingerprint

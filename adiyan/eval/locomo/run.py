@@ -33,7 +33,7 @@ from ...factory import open_embedder, open_llm
 from ...report import write_run_report
 from ...report.index import write_index
 from ...retrieval.pipeline import UnsupportedSetting
-from .. import metrics as M
+from ... import metrics as M
 from ..ragas_metrics import score_non_llm, summarize
 from . import paths as P
 from .data import CATEGORIES, LocomoSet, load_locomo

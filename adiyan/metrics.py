@@ -378,7 +378,7 @@ def lookup(group: str, name: str) -> Metric:
     for m in candidates:
         if "{" in m.name and m.pattern().match(name):
             return m
-    raise UnregisteredMetric(f"metric {group}/{name} is not registered in adiyan.eval.metrics.REGISTRY")
+    raise UnregisteredMetric(f"metric {group}/{name} is not registered in adiyan.metrics.REGISTRY")
 
 
 def direction(group: str, name: str) -> str:
