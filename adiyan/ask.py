@@ -21,10 +21,9 @@ one the conversation evaluation measures; the retrieval then passes the history,
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from .agent import Agent
-from .cache import CallCache
+from .cache import call_cache
 from .context import Conversation, open_conversation_retriever
 from .factory import open_kb, open_llm, open_retriever
 from .generation import answer_question
@@ -100,7 +99,7 @@ def ask(settings, question: str, requester: str | None, *, agent: bool = False, 
             hidden = retriever.hidden_count(question, requester, is_owner, top_k=k, history=history)
             return _ask_agent(settings, question, requester, is_owner, llm, kb, retriever, hidden, k, conv)
         retriever.counts_hidden = True  # the answer's own retrieve() counts it, also inside a conversation turn
-        cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
+        cache = call_cache(settings, "answer")
         context = {}
         if conv is not None:
             before = len(conv.turns)

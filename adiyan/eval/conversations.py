@@ -34,7 +34,7 @@ from markupsafe import Markup
 from tqdm.auto import tqdm
 
 from .. import __version__
-from ..cache import CallCache
+from ..cache import call_cache
 from ..context import answer as answer_turn
 from ..context import assemble, open_conversation_retriever
 from ..factory import describe_engines, open_llm, open_memory
@@ -214,7 +214,7 @@ def run_conversations(settings, *, progress: bool = True, run_id: str | None = N
     index = open_index(settings, str(cs.documents.root), progress=progress)  # shared with the documents' evalset
     kb, embedder = index.kb, index.kb.embedder
     timings = {"ingest_s": time.perf_counter() - t0}
-    answer_cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
+    answer_cache = call_cache(settings, "answer")
     need_llm = settings.eval.generate or settings.retrieval.query_transform == "history_llm"
     llm = open_llm(settings) if need_llm else None
     memory, scratch = open_scratch_memory(settings, embedder)

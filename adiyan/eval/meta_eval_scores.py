@@ -28,9 +28,8 @@ from typing import Mapping, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from pathlib import Path
 
-from ..cache import CallCache
+from ..cache import call_cache
 from ..models import embedder_from_settings
 from .. import metrics as M
 from .harness import close_index, open_index
@@ -190,7 +189,7 @@ def _authored_calibration(settings, judge, progress):
         close_index(index)
     pairs = evalset_calibration_pairs(evalset, seed=settings.seed, n_pairs=settings.eval.judge_calibration_pairs,
                                       doc_texts=doc_texts)
-    store = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "calibration") \
+    store = call_cache(settings, "calibration") \
         if settings.eval.judge_calibration_reuse else None
     return calibrate_reusing(judge, pairs, store, reliable_threshold=settings.eval.judge_reliable_agreement,
                              progress=progress, stop_when_unreachable=settings.eval.judge_calibration_early_stop)

@@ -27,7 +27,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .. import __version__
-from ..cache import CallCache
+from ..cache import call_cache
 from ..report import write_run_report
 from ..report.index import write_index
 from ..factory import describe_engines, open_llm, open_retriever, score_floor
@@ -117,7 +117,7 @@ def _ragas_llm(settings, es, rows, embedder, progress, doc_texts) -> dict | None
     # contexts from the gold documents, so a "correct" pair is really supported
     pairs = evalset_calibration_pairs(es, seed=settings.seed, n_pairs=settings.eval.judge_calibration_pairs,
                                       doc_texts=doc_texts)
-    store = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "calibration") \
+    store = call_cache(settings, "calibration") \
         if settings.eval.judge_calibration_reuse else None
     cal = calibrate_reusing(judge, pairs, store, reliable_threshold=settings.eval.judge_reliable_agreement,
                             progress=progress, stop_when_unreachable=settings.eval.judge_calibration_early_stop)
@@ -161,7 +161,7 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
     t0 = time.perf_counter()
     index = open_index(settings, progress=progress)
     es, ds_hash, kb, embedder = index.evalset, index.evalset_hash, index.kb, index.kb.embedder
-    answer_cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
+    answer_cache = call_cache(settings, "answer")
     try:
         timings = {"ingest_s": time.perf_counter() - t0}
         agent_mode = settings.eval.mode == "agent"  # issue 14: the agent over the same questions (agent_eval.py)

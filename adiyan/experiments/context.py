@@ -9,11 +9,10 @@ prompt cost generation time.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 
-from ..cache import CallCache
+from ..cache import call_cache
 from .. import metrics as M
 from ..eval.harness import open_index, question_rows, refuse_conversation_settings
 from ..factory import open_llm, open_retriever
@@ -36,7 +35,7 @@ def evaluate_context(settings, evalset=None, *, progress: bool = False, score: b
     llm = open_llm(settings)
     retriever = open_retriever(settings, index.kb, llm)
     qr = question_rows(index, retriever, progress=progress)
-    cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
+    cache = call_cache(settings, "answer")
     questions = {q.id: q for q in index.evalset.questions}
     rows, gen = [], []
     for r in qr.rows:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..cache import CallCache
+from ..cache import call_cache
 from .. import metrics as M
 from ..eval.harness import retrieval_metrics
 from ..eval.ragas_metrics import sample_indices, score_non_llm, summarize
@@ -85,7 +85,7 @@ def score_rows(settings, index, qr, *, answers: dict | None = None, llm=None, an
                           "keyword_hit": M.keyword_hit(text, r["answer_keywords"]) if r["hit"] is not None else None})
     elif settings.eval.generate:
         llm = llm or open_llm(settings)
-        cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
+        cache = call_cache(settings, "answer")
         _answer([r for r in rows if r["id"] in chosen], qr.results, settings, llm, cache, progress)
     answered = [r for r in rows if r["answer"] is not None]
     groups = retrieval_metrics(qr, settings.retrieval.kb_top_k)

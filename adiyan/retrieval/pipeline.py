@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Callable
 
-from ..cache import CallCache
+from ..cache import CallCache, call_cache
 from ..config import RetrievalConfig
 from ..kb.policy import visible_to
 from ..models import llm_from_settings
@@ -192,7 +191,7 @@ class Retriever:
         if rc.rerank and reranker is None:
             reranker = BiEncoderReranker.from_settings(settings)
         if cache is None and rc.query_transform in ("hyde", "history_llm"):
-            cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", rc.query_transform)
+            cache = call_cache(settings, rc.query_transform)
         floor = resolve_floor(rc, kb.embedder.id)
         return cls(kb, rc, floor=floor, ef=settings.store.hnsw_ef, exact=settings.store.exact, llm=llm,
                    reranker=reranker, cache=cache, allow_unscoped=allow_unscoped, entry_point=entry_point,

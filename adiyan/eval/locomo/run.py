@@ -26,7 +26,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ... import __version__
-from ...cache import CallCache
+from ...cache import call_cache
 from ...context import answer as answer_turn
 from ...context import assemble
 from ...factory import open_embedder, open_llm
@@ -247,7 +247,7 @@ def run_locomo(settings, *, progress: bool = True, run_id: str | None = None, in
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(settings.to_yaml(), encoding="utf-8")
     embedder = open_embedder(settings, progress=progress)
-    answer_cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
+    answer_cache = call_cache(settings, "answer")
     sample = answer_sample(ls, settings.eval.locomo_answer_per_category, settings.seed) if settings.eval.generate \
         else []
     rows, info = evaluate(settings, ls, embedder, progress=progress, keep_chunks=set(sample), answer_cache=answer_cache)
