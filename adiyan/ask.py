@@ -119,7 +119,7 @@ def ask(settings, question: str, requester: str | None, *, agent: bool = False, 
     finally:
         if conv is not None:
             conv.close()
-        kb.store.close()
+        kb.close()
 
 
 def _context_summary(turns_before: int, ctx) -> dict:

@@ -98,7 +98,7 @@ def cmd_ingest(args) -> int:
         results = kb.ingest_many(items, progress=not args.quiet, on_result=report)
         kb.finish_ingest()
     finally:
-        kb.store.close()
+        kb.close()
     removed = [(r.source, k) for r in results if not isinstance(r, IngestError) for k in r.removed]
     for container, key in removed:
         print(f"removed   {key}  (no longer in {container})")
@@ -123,7 +123,7 @@ def cmd_search(args) -> int:
         print(f"adiyan: {exc}", file=sys.stderr)
         return 1
     finally:
-        kb.store.close()
+        kb.close()
     print(f"# {res.describe()}" + (f"  (floor {res.floor:.3f})" if res.floor_applied else "")
           + (f"  [{res.transform_failed}]" if res.transform_failed else ""))
     if not res.chunks:
@@ -147,9 +147,8 @@ def cmd_ask(args) -> int:
 
 
 def cmd_ls(args) -> int:
-    kb = _kb(args)
-    docs = kb.list_documents(args.requester, args.owner_role)
-    kb.store.close()
+    with _kb(args) as kb:
+        docs = kb.list_documents(args.requester, args.owner_role)
     for d in docs:
         print(f"{d['source']:<50} {d['visibility']:<8} {d['chunks']:>5} chunks  {d['size']:>9} B  {d['ingested_at']}")
     print(f"{len(docs)} document(s)")
@@ -175,14 +174,13 @@ def cmd_get(args) -> int:
         print(f"adiyan: {exc}", file=sys.stderr)
         return 1
     finally:
-        kb.store.close()
+        kb.close()
     return 0
 
 
 def cmd_migrate_private(args) -> int:
-    kb = _kb(args)
-    n = kb.migrate_private(args.owner)
-    kb.store.close()
+    with _kb(args) as kb:
+        n = kb.migrate_private(args.owner)
     print(f"tagged {n} chunk(s) without visibility as private to {args.owner}")
     return 0
 

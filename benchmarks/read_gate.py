@@ -122,7 +122,7 @@ def run(n_docs: int = 400, n_queries: int = 300, k: int = 10) -> dict:
                 result[state] = {mode: _time(kb, qtexts, qvecs, k, mode) for mode in ("dense", "bm25", "hybrid")}
                 result[state]["pipeline_dense"] = _time(kb, qtexts, qvecs, k, "dense", retriever=retriever)
         finally:
-            kb.store.close()
+            kb.close()
     result["summary"] = {f"{state}_{mode}_p50_ratio": result[state][mode]["ratio_p50_gated_to_ungated"]
                          for state in ("steady", "write_in_flight")
                          for mode in ("dense", "bm25", "hybrid", "pipeline_dense")}

@@ -232,14 +232,14 @@ def close_index(handle: EvalIndex) -> None:
         for key, h in list(_OPEN.items()):
             if h.kb is handle.kb:
                 del _OPEN[key]
-        handle.kb.store.close()
+        handle.kb.close()
 
 
 def close_all() -> None:
     with _LOCK:
         for h in list(_OPEN.values()):
             with contextlib.suppress(Exception):
-                h.kb.store.close()
+                h.kb.close()
         _OPEN.clear()
 
 
@@ -259,7 +259,7 @@ def _build(settings, es: Evalset, es_hash: str, embedder, kdir: Path, *, progres
         optimize_s = time.perf_counter() - t_opt
         n_chunks = kb.count_chunks()
     finally:
-        kb.store.close()
+        kb.close()
     ok = [r for r in results if not isinstance(r, IngestError)]
     failed = [{"file": it.filename, "reason": str(r)} for it, r in zip(items, results) if isinstance(r, IngestError)]
     failed += [{"file": m.source, "reason": str(m)} for r in ok for m in r.members if isinstance(m, IngestError)]

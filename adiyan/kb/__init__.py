@@ -149,6 +149,16 @@ class KnowledgeBase(CorpusBm25Stats):
         if self.fault_hook is not None:
             self.fault_hook(stage)
 
+    def close(self) -> None:
+        """Close the store (the embedded engine locks its folder until then); or ``with open_kb(...) as kb:``."""
+        self.store.close()
+
+    def __enter__(self) -> "KnowledgeBase":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # -- write path ------------------------------------------------------------------------
     def ingest_document(self, data: bytes | str | os.PathLike, filename: str | None = None,
                         owner_identity: str = "", visibility: str = "private", *,
@@ -563,12 +573,12 @@ class KnowledgeBase(CorpusBm25Stats):
         return [RetrievedChunk.from_hit(h) for h in kept[:limit]]
 
     def get_document_text(self, source: str, requester_id: str | None, is_owner: bool = False) -> str:
-        rec = self._record(source, requester_id, is_owner)
+        rec = self.record(source, requester_id, is_owner)
         return self.raw.read_blob(rec.text_sha256, ".md").decode("utf-8")
 
     def get_document(self, source: str, requester_id: str | None, is_owner: bool = False) -> bytes:
         """The original bytes, as ingested ("send me that file back")."""
-        rec = self._record(source, requester_id, is_owner)
+        rec = self.record(source, requester_id, is_owner)
         return self.raw.read_blob(rec.sha256)
 
     def list_documents(self, requester_id: str | None, is_owner: bool = False) -> list[dict]:
@@ -576,16 +586,13 @@ class KnowledgeBase(CorpusBm25Stats):
 
     def record(self, source: str, requester_id: str | None, is_owner: bool = False) -> DocumentRecord:
         """The committed record of ``source`` if the requester may see it, else DocumentNotFound."""
-        return self._record(source, requester_id, is_owner)
-
-    def _record(self, source: str, requester_id: str | None, is_owner: bool) -> DocumentRecord:
         rec = self.raw.get(source, requester_id=requester_id, is_owner=is_owner)
         if rec is None:
             raise DocumentNotFound(f"no document {source!r}")
         return rec
 
     def extraction_report(self, source: str, requester_id: str | None, is_owner: bool = False) -> dict:
-        return self._record(source, requester_id, is_owner).report
+        return self.record(source, requester_id, is_owner).report
 
     def count_chunks(self, source: str | None = None) -> int:
         flt = Filter(must=(Cond("source_filename", source),)) if source else None

@@ -120,7 +120,7 @@ def evaluate(settings, ls: LocomoSet, embedder, *, paths=P.PATHS, progress: bool
                 if keep_chunks and q.qid in keep_chunks:
                     chunks[q.qid] = res.chunks[: settings.retrieval.kb_top_k]
         finally:
-            kb.store.close()
+            kb.close()
         info["timings"]["kb_s"] = time.perf_counter() - t0
     rows = []
     for q in qs:
