@@ -125,6 +125,7 @@ SCORED: dict[str, tuple[Metric, ...]] = {
         _m("ragas", "rouge_score", HIGHER, **_UNIT, description="RAGAS ROUGE-L F against the gold answer"),
         _m("ragas", "exact_match", HIGHER, **_UNIT, description="RAGAS exact match with the gold answer"),
         _m("ragas", "bleu_score", HIGHER, **_UNIT, description="sacreBLEU of the answer against the gold answer (one segment, /100)"),
+        _m("ragas", "chrf_score", HIGHER, **_UNIT, description="sacreBLEU chrF (character 6-grams, beta 2) of the answer against the gold answer, /100"),
     ),
     "conversation": (  # a conversation replay (adiyan/eval/conversations.py), per turn at the turns' times
         _m("conversation", "hit_rate_raw@{k}", HIGHER, **_UNIT, description="turns with a gold source in the top k, the message searched as written"),

@@ -135,6 +135,7 @@ def offline_rows(instances: Sequence[MetaInstance], labels: Mapping[str, np.ndar
     add("keyword_recall", [float(M.keyword_hit(a, k)) for a, k in zip(resps, kws)], "offline",
         "the workbench's keyword hit (every keyword in the response) over keywords derived from the ground "
         "truth's content words (this set has no authored keywords)")
+    add("chrf_score", per_row["chrf_score"], "offline", "sacreBLEU chrF of the whole response against the ground truth")
     if not extras:
         bar.close()
         return out
