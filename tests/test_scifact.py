@@ -109,31 +109,52 @@ def test_hnsw_recall_reaches_exact_at_moderate_ef(dense):
 
 
 def test_rerank_top_n_with_mpnet(scifact, hybrid_run, settings):
-    """Re-ranks the hybrid's top N (default 5: ~1,000 unique abstracts, minutes cold on 2 cores;
-    the benchmark's top 20 embeds 3,200 and took an hour on a loaded machine — set
-    ADIYAN_SCIFACT_RERANK_TOP=20 to test that)."""
+    """Re-ranks the hybrid's top N (default 5) for the first Q test queries (default 100, by query
+    id): all-mpnet-base-v2 embeds every candidate abstract, ~340 of them for 100 queries (a few minutes
+    cold on 2 cores; all 300 queries embed ~1,000 and took 481 s of CI's test stage).
+    ADIYAN_SCIFACT_RERANK_QUERIES=300 and ADIYAN_SCIFACT_RERANK_TOP=20 test the benchmark's figures."""
     import os
 
     from adiyan.eval.ir_metrics import evaluate_run
     from adiyan.retrieval import BiEncoderReranker, rerank
 
     top_n = int(os.environ.get("ADIYAN_SCIFACT_RERANK_TOP", "5"))
+    n_queries = int(os.environ.get("ADIYAN_SCIFACT_RERANK_QUERIES", "100"))
+    qids = sorted(hybrid_run, key=lambda q: (len(q), q))[:n_queries]
+    run = {q: hybrid_run[q] for q in qids}
+    qrels = {q: scifact.qrels[q] for q in qids if q in scifact.qrels}
 
     reranker = BiEncoderReranker.from_settings(settings, "mpnet")
     stats: dict = {}
     docs = dict(zip(scifact.doc_ids(), scifact.doc_texts()))
-    out = rerank(hybrid_run, scifact.queries, docs, reranker, top_n=top_n, progress=False, stats=stats)
-    got = evaluate_run(scifact.qrels, out, METRICS)
-    base = evaluate_run(scifact.qrels, hybrid_run, METRICS)
+    out = rerank(run, scifact.queries, docs, reranker, top_n=top_n, progress=False, stats=stats)
+    got = evaluate_run(qrels, out, METRICS)
+    base = evaluate_run(qrels, run, METRICS)
     assert got["recall@100"] == pytest.approx(base["recall@100"])  # re-ranking only permutes the top N
-    assert stats["pairs"] == top_n * 300
-    assert np.isfinite(list(out["1"].values())).all()
-    # Against the hybrid it re-ranks (0.716): all-mpnet-base-v2 is the weaker ranker (0.656 alone), so
-    # re-ranking by it costs nDCG@10, by an amount measured on this copy (issue 4's note: top 5 0.699,
-    # top 20 0.6746). The loss is pinned: losing 0.07 (the old floor of 0.646 allowed it) fails.
-    measured_delta = {5: 0.699 - 0.7162, 20: 0.6746 - 0.7162}
-    if top_n not in measured_delta:
-        pytest.fail(f"no measured re-rank delta for top {top_n}; measured: {sorted(measured_delta)}")
+    assert stats["pairs"] == top_n * len(qids)
+    assert np.isfinite(list(out[qids[0]].values())).all()
+    # Against the hybrid it re-ranks (0.716 on all 300): all-mpnet-base-v2 is the weaker ranker (0.656
+    # alone), so re-ranking by it costs nDCG@10, by an amount measured on this copy (issue 4's note, all
+    # 300 queries: top 5 0.699, top 20 0.6746; the first 100 queries: measured 5 Dec 2026, see below).
+    # The loss is pinned: losing 0.07 (the old floor of 0.646 allowed it) fails.
+    measured_delta = {(5, 300): 0.699 - 0.7162, (20, 300): 0.6746 - 0.7162, (5, 100): 0.7676 - 0.7759}
+    if (top_n, len(qids)) not in measured_delta:
+        pytest.fail(f"no measured re-rank delta for top {top_n} of {len(qids)} queries; measured: {sorted(measured_delta)}")
     delta = got["ndcg@10"] - base["ndcg@10"]
-    assert delta == pytest.approx(measured_delta[top_n], abs=0.01), (got, base)
-    assert base["ndcg@10"] == pytest.approx(0.7162, abs=0.002)  # the baseline is the benchmark's hybrid
+    print(f"rerank top {top_n} of {len(qids)} queries: base {base['ndcg@10']:.4f} reranked {got['ndcg@10']:.4f} delta {delta:+.4f}")
+    # the computation is deterministic (same model, same data): a tolerance of 0.003 leaves room for
+    # float noise only, so a re-rank that changed nothing (delta 0) fails on the 100-query default
+    assert delta == pytest.approx(measured_delta[(top_n, len(qids))], abs=0.003 if len(qids) == 100 else 0.01), \
+        (got, base)
+    reordered = [q for q in qids if list(out[q])[:top_n] != sorted(run[q], key=lambda d: -run[q][d])[:top_n]]
+    assert reordered, "the re-ranker left every block in first-stage order"
+    # one block by hand: mpnet's own cosine (the uncached model, not the re-ranker's score()) orders it
+    q = reordered[0]
+    block = list(out[q])[:top_n]
+    model = reranker.embedder.inner
+    qv = np.asarray(model.embed([scifact.queries[q]], "query"), dtype=np.float32)[0]
+    dv = np.asarray(model.embed([docs[d] for d in block], "document"), dtype=np.float32)
+    cos = dv @ qv
+    assert all(cos[i] >= cos[i + 1] - 1e-5 for i in range(len(block) - 1)), (block, cos)
+    if len(qids) == 300:
+        assert base["ndcg@10"] == pytest.approx(0.7162, abs=0.002)  # the baseline is the benchmark's hybrid
