@@ -7,6 +7,7 @@ import pytest
 from adiyan.factory import open_kb, open_retriever
 from adiyan.kb import IngestError, IngestItem, source_key, validate_filename
 from adiyan.store import EmbedderMismatchError, open_store
+from adiyan.types import OWNER
 
 TEXT_A = "# Prices\n\nThe Julian Alps Weekend (TR-JUL-03) costs 450 euros per person.\n"
 TEXT_B = "# Secrets\n\nThe safe code of the Ljubljana office is 7319.\n"
@@ -41,7 +42,7 @@ def test_private_chunks_never_reach_another_requester(kb):
         assert all(d["source"] != "alice/safe.md" for d in kb.list_documents(requester))
     own = kb.retrieve_knowledge_base("safe code of the office", "alice", top_k=1)
     assert own.chunks[0].source == "alice/safe.md"
-    assert {d["source"] for d in kb.list_documents(None, is_owner=True)} == {"office/prices.md", "alice/safe.md"}
+    assert {d["source"] for d in kb.list_documents(OWNER)} == {"office/prices.md", "alice/safe.md"}
 
 
 def test_floor_drops_results_and_says_so(kb):

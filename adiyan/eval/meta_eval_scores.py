@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from ..cache import call_cache
 from ..models import embedder_from_settings
 from .. import metrics as M
+from ..types import OWNER
 from .harness import close_index, open_index
 from .judge import (PreferencePair, calibrate_preferences, calibrate_reusing, evalset_calibration_pairs,
                     judge_from_settings)
@@ -183,7 +184,7 @@ def _authored_calibration(settings, judge, progress):
     index = open_index(settings, progress=progress)
     try:
         failed = {f["file"] for f in index.ingest_failures}
-        doc_texts = {d.source_key: index.kb.get_document_text(d.source_key, None, is_owner=True)
+        doc_texts = {d.source_key: index.kb.get_document_text(d.source_key, OWNER)
                      for d in index.evalset.documents if d.filename not in failed}
         evalset = index.evalset
     finally:

@@ -27,6 +27,7 @@ from ..factory import describe_engines, open_llm, open_retriever, score_floor
 from ..models.structured import describe_structured
 from ..retrieval.floor import floor_decision
 from ..generation import effective_budget
+from ..types import OWNER
 from .agent_eval import run_agent_eval
 from .conversations import run_conversations
 from .evalset import is_conversation_set
@@ -97,7 +98,7 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         floor = floor_decision(settings.retrieval, embedder.id)  # what the floor removes on this set
         floor_metrics, floor_details = floor_effect(retriever, es, floor, settings.retrieval.kb_top_k,
                                                     scored_hash=ds_hash)
-        doc_texts = {d.source_key: kb.get_document_text(d.source_key, None, is_owner=True) for d in es.documents
+        doc_texts = {d.source_key: kb.get_document_text(d.source_key, OWNER) for d in es.documents
                      if d.filename not in {f["file"] for f in index.ingest_failures}}
     finally:
         close_index(index)

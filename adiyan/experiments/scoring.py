@@ -39,6 +39,7 @@ from ..eval.regression import check, load_cases, mark_not_replayed, regression_g
 from ..eval.reliability import judged_group
 from ..eval.scorers import ANSWER_SCORERS, RETRIEVAL_SCORERS, STRINGS, Rows, annotate_answer, hit_rates_at, judged, score
 from ..factory import open_llm
+from ..types import OWNER
 
 POINT_GROUPS = ("ragas", "ragas_llm", "answer", "regression")  # the run groups a scored point records as columns
 _DEPTH_CASE = re.compile(r"^retrieval\.(hit_rate|mrr)@(\d+)$")
@@ -84,7 +85,7 @@ def score_rows(settings, index, qr, *, answers: dict | None = None, llm=None, an
     judged_out = None
     if settings.eval.judge:
         failed = {f["file"] for f in index.ingest_failures}
-        doc_texts = {d.source_key: kb.get_document_text(d.source_key, None, is_owner=True) for d in es.documents
+        doc_texts = {d.source_key: kb.get_document_text(d.source_key, OWNER) for d in es.documents
                      if d.filename not in failed}
         judged_out = judged(settings, es, [r for r in rows if r["id"] in chosen], kb.embedder, progress, doc_texts)
         groups["ragas_llm"] = judged_group(judged_out)
