@@ -15,7 +15,8 @@ import numpy as np
 from ..cache import call_cache
 from .. import metrics as M
 from ..eval.harness import open_index, question_rows, refuse_conversation_settings
-from ..eval.scorers import ANSWER, Rows, annotate_answer, point_columns, score
+from ..eval.scorers import ANSWER, Rows, annotate_answer, point_columns
+from ..eval.scorers import score as compose  # evaluate_context's flag "score" would shadow the name
 from ..factory import open_llm, open_retriever
 from ..generation import answer_question
 from .common import PointResult, mean
@@ -54,7 +55,8 @@ def evaluate_context(settings, evalset=None, *, progress: bool = False, score: b
         rows.append(row)
     ans_rows = [r for r in rows if "keyword_hit" in r]
     answered = [annotate_answer(dict(r), a["answer"]) for r, a in zip(qr.rows, rows)]
-    metrics = point_columns(score([ANSWER], Rows(answered), settings.retrieval.kb_top_k), settings.retrieval.kb_top_k)
+    top_k = settings.retrieval.kb_top_k
+    metrics = point_columns(compose([ANSWER], Rows(answered), top_k), top_k)  # answer.keyword_recall, answer.abstain_rate_*
     metrics.update({"gold_in_context": mean(r["gold_in_context"] for r in ans_rows),
                     "context_tokens": mean(r["context_tokens"] for r in rows),
                     "truncated_share": mean(r["truncated"] for r in rows),
