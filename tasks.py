@@ -56,7 +56,7 @@ def eval(c, config=None, set_=None, quiet=False, preset=None):  # noqa: A001 - t
 @task(iterable=["set_", "embedder"], help={"set_": "override: key=value (repeatable); eval.judge=... adds judged metrics",
                                           "config": "YAML config file", "embedder": "embedding similarity with this "
                                           "embedder (repeatable, default minilm)", "bootstrap": "resamples",
-                                          "write_registry": "also write adiyan/eval/human_correlation.yaml",
+                                          "write_registry": "also write adiyan/human_correlation.yaml",
                                           "quiet": "no progress bars"})
 def meta_eval(c, config=None, set_=None, embedder=None, bootstrap=None, write_registry=False, quiet=False):
     """Every answer metric against RAGChecker's human labels: reports/meta_eval/ (docs/meta-eval.md)."""

@@ -21,13 +21,13 @@ one the conversation evaluation measures; the retrieval then passes the history,
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from .agent import Agent
-from .cache import CallCache
+from .cache import call_cache
 from .context import Conversation, open_conversation_retriever
 from .factory import open_kb, open_llm, open_retriever
 from .generation import answer_question
+from .types import Requester
 
 ENTRY_POINT = "adiyan ask"
 
@@ -72,12 +72,15 @@ class AskResult:
         return asdict(self)
 
 
-def ask(settings, question: str, requester: str | None, *, agent: bool = False, is_owner: bool = False,
+def ask(settings, question: str, requester: Requester | str | None, *, agent: bool = False,
         conversation: str | None = None, llm=None, progress: bool = False) -> AskResult:
-    """Answer ``question`` as ``requester``; ``llm`` defaults to the configured one (``llm.*``)."""
+    """Answer ``question`` as ``requester`` (an identity, or a :class:`~adiyan.types.Requester` for the
+    owner role); ``llm`` defaults to the configured one (``llm.*``)."""
     if not question or not question.strip():
         raise AskError("the question is empty")
-    if conversation is not None and (requester is None or is_owner):
+    who = Requester.of(requester)
+    requester = who.id  # the identity: conversations, the answer's record, the agent's tier
+    if conversation is not None and (requester is None or who.is_owner):
         raise AskError(f"--conversation {conversation}: a conversation belongs to a named requester "
                        "(--as NAME) and is not kept for the owner role")
     kb = open_kb(settings, progress=progress)
@@ -97,17 +100,17 @@ def ask(settings, question: str, requester: str | None, *, agent: bool = False, 
             window = settings.conversation.history_window
             history = None if conv is None else [{"role": t["role"], "content": t["content"]}
                                                  for t in (conv.turns[-window:] if window > 0 else [])]
-            hidden = retriever.hidden_count(question, requester, is_owner, top_k=k, history=history)
-            return _ask_agent(settings, question, requester, is_owner, llm, kb, retriever, hidden, k, conv)
+            hidden = retriever.hidden_count(question, who, top_k=k, history=history)
+            return _ask_agent(settings, question, who, llm, kb, retriever, hidden, k, conv)
         retriever.counts_hidden = True  # the answer's own retrieve() counts it, also inside a conversation turn
-        cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
+        cache = call_cache(settings, "answer")
         context = {}
         if conv is not None:
             before = len(conv.turns)
             ans, ctx, res = conv.answer(llm, retriever, question, requester=requester, cache=cache)
             context = _context_summary(before, ctx)
         else:
-            res = retriever.retrieve_knowledge_base(question, requester, is_owner)
+            res = retriever.retrieve_knowledge_base(question, who)
             ans = answer_question(llm, question, res.chunks, settings, cache=cache)
         by_key = {(c.source, c.chunk_index): c for c in res.chunks}
         sources = [Source(u["source"], u["chunk_index"], by_key[(u["source"], u["chunk_index"])].score,
@@ -120,7 +123,7 @@ def ask(settings, question: str, requester: str | None, *, agent: bool = False, 
     finally:
         if conv is not None:
             conv.close()
-        kb.store.close()
+        kb.close()
 
 
 def _context_summary(turns_before: int, ctx) -> dict:
@@ -128,11 +131,12 @@ def _context_summary(turns_before: int, ctx) -> dict:
     return {"turns_before": turns_before, "history_kept": len(ctx.history), "facts": len(ctx.facts)}
 
 
-def _ask_agent(settings, question, requester, is_owner, llm, kb, retriever, hidden: int, k: int,
+def _ask_agent(settings, question, who: Requester, llm, kb, retriever, hidden: int, k: int,
                conv=None) -> AskResult:
     """The research agent under the requester's identity: member tier for a named requester,
     guest for an anonymous one, owner for the owner role (the agent's own tier table)."""
-    tier = "owner" if is_owner else ("member" if requester else "guest")
+    requester = who.id
+    tier = "owner" if who.is_owner else ("member" if requester else "guest")
     agent = Agent(llm, kb, conv.memory if conv is not None else None, settings=settings, tier=tier,
                   requester_id=requester, retriever=retriever)
     ctx = conv.context_for(question) if conv is not None else None

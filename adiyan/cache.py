@@ -238,3 +238,13 @@ class CallCache:
         conn = self._conn()
         with conn:
             conn.execute("INSERT OR REPLACE INTO calls (key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
+
+CALLS_FILE = "calls.sqlite"  # answers, judge verdicts, calibrations, query transformations
+PARSED_FILE = "parsed.sqlite"  # parsed documents
+
+
+def call_cache(settings, namespace: str, file: str = CALLS_FILE) -> CallCache:
+    """The call cache of ``namespace`` in ``settings.paths.cache_dir`` (``calls.sqlite`` unless
+    ``file`` says otherwise): the one place a job builds it, so every entry point shares one file."""
+    return CallCache(Path(settings.paths.cache_dir) / file, namespace)

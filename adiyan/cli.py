@@ -29,6 +29,7 @@ from .models.check import check_models
 from .report.index import write_index
 from .retrieval.floor import FLOORS_FILE, save_floor
 from .retrieval import UnsupportedSetting
+from .types import Requester
 from .testset.cli import add_testset_parser
 
 
@@ -60,6 +61,11 @@ def cmd_models(args) -> int:
     rows = check_models(s, only=args.only)
     print(json.dumps(rows, indent=2) if args.json else _table(rows))
     return 0 if all(r["ok"] for r in rows) else 1
+
+
+def _requester(args) -> Requester:
+    """``--as NAME`` and ``--owner-role`` as the one value every read path takes."""
+    return Requester(args.requester, bool(args.owner_role))
 
 
 def _kb(args, settings=None):
@@ -98,7 +104,7 @@ def cmd_ingest(args) -> int:
         results = kb.ingest_many(items, progress=not args.quiet, on_result=report)
         kb.finish_ingest()
     finally:
-        kb.store.close()
+        kb.close()
     removed = [(r.source, k) for r in results if not isinstance(r, IngestError) for k in r.removed]
     for container, key in removed:
         print(f"removed   {key}  (no longer in {container})")
@@ -116,14 +122,14 @@ def cmd_search(args) -> int:
     try:
         retriever = open_retriever(s, kb, entry_point="adiyan search")
         if args.within:
-            res = retriever.search_within_document(args.within, args.query, args.requester, args.owner_role, args.k)
+            res = retriever.search_within_document(args.within, args.query, _requester(args), top_k=args.k)
         else:
-            res = retriever.retrieve_knowledge_base(args.query, args.requester, args.owner_role, args.k)
+            res = retriever.retrieve_knowledge_base(args.query, _requester(args), top_k=args.k)
     except DocumentNotFound as exc:
         print(f"adiyan: {exc}", file=sys.stderr)
         return 1
     finally:
-        kb.store.close()
+        kb.close()
     print(f"# {res.describe()}" + (f"  (floor {res.floor:.3f})" if res.floor_applied else "")
           + (f"  [{res.transform_failed}]" if res.transform_failed else ""))
     if not res.chunks:
@@ -137,7 +143,7 @@ def cmd_ask(args) -> int:
     """Answer as the requester through the pipeline invoke eval measures (adiyan.ask)."""
     s = _settings(args)
     try:
-        res = ask(s, args.question, args.requester, agent=args.agent, is_owner=args.owner_role,
+        res = ask(s, args.question, _requester(args), agent=args.agent,
                   conversation=args.conversation, progress=not args.quiet)
     except (AskError, AuthorizationError) as exc:
         print(f"adiyan: {exc}", file=sys.stderr)
@@ -147,9 +153,8 @@ def cmd_ask(args) -> int:
 
 
 def cmd_ls(args) -> int:
-    kb = _kb(args)
-    docs = kb.list_documents(args.requester, args.owner_role)
-    kb.store.close()
+    with _kb(args) as kb:
+        docs = kb.list_documents(_requester(args))
     for d in docs:
         print(f"{d['source']:<50} {d['visibility']:<8} {d['chunks']:>5} chunks  {d['size']:>9} B  {d['ingested_at']}")
     print(f"{len(docs)} document(s)")
@@ -160,11 +165,11 @@ def cmd_get(args) -> int:
     kb = _kb(args)
     try:
         if args.report:
-            print(json.dumps(kb.extraction_report(args.source, args.requester, args.owner_role), indent=2))
+            print(json.dumps(kb.extraction_report(args.source, _requester(args)), indent=2))
         elif args.text:
-            print(kb.get_document_text(args.source, args.requester, args.owner_role))
+            print(kb.get_document_text(args.source, _requester(args)))
         else:
-            data = kb.get_document(args.source, args.requester, args.owner_role)
+            data = kb.get_document(args.source, _requester(args))
             if args.output:
                 with open(args.output, "wb") as f:
                     f.write(data)
@@ -175,14 +180,13 @@ def cmd_get(args) -> int:
         print(f"adiyan: {exc}", file=sys.stderr)
         return 1
     finally:
-        kb.store.close()
+        kb.close()
     return 0
 
 
 def cmd_migrate_private(args) -> int:
-    kb = _kb(args)
-    n = kb.migrate_private(args.owner)
-    kb.store.close()
+    with _kb(args) as kb:
+        n = kb.migrate_private(args.owner)
     print(f"tagged {n} chunk(s) without visibility as private to {args.owner}")
     return 0
 
@@ -338,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     pme.add_argument("--embedder", action="append", help="embedding similarity with this embedder (repeatable; "
                      "default minilm)")
     pme.add_argument("--output", help="folder for meta_eval.json and index.html (default reports/meta_eval)")
-    pme.add_argument("--write-registry", action="store_true", help="also write adiyan/eval/human_correlation.yaml")
+    pme.add_argument("--write-registry", action="store_true", help="also write adiyan/human_correlation.yaml")
     pme.add_argument("--quiet", action="store_true")
     pme.set_defaults(fn=cmd_meta_eval)
     add_testset_parser(sub)  # adiyan testset generate | validate (adiyan/testset/cli.py)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .cache import CallCache
+from .cache import PARSED_FILE, CallCache, call_cache
 from .config import Settings
 from .ingest.rawstore import RawStore
 from .kb import KnowledgeBase
@@ -41,7 +41,7 @@ def score_floor(settings: Settings, embedder_id: str) -> float:
 def parse_cache(settings: Settings) -> CallCache | None:
     if not settings.ingest.parse_cache:
         return None
-    return CallCache(Path(settings.paths.cache_dir) / "parsed.sqlite", "parse")
+    return call_cache(settings, "parse", PARSED_FILE)
 
 
 def open_kb(settings: Settings, *, embedder=None, store=None, raw: RawStore | None = None,

@@ -1,4 +1,5 @@
-"""Result types shared by the knowledge base, the retrieval pipeline, generation and evaluation.
+"""Result types shared by the knowledge base, the retrieval pipeline, generation and evaluation,
+and :class:`Requester`, who a read is for.
 
 They sit at the bottom of the package (they import nothing of adiyan), so every layer can use
 them without reaching into the layer that produces them.
@@ -10,6 +11,32 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Kind = Literal["query", "document"]  # what an embedder is given: a query or a document
+
+
+@dataclass(frozen=True)
+class Requester:
+    """Who a read is for, under the access policy: an identity (None: anonymous, global documents
+    only) and the owner role (every document). Every read path takes one value instead of the pair
+    ``(requester_id, is_owner)``; a bare identity string stands for ``Requester(identity)``, never
+    for the owner role, which only :data:`OWNER` or an explicit ``is_owner=True`` grants."""
+
+    id: str | None = None
+    is_owner: bool = False
+
+    @staticmethod
+    def of(who: "Requester | str | None") -> "Requester":
+        """``who`` as a Requester: itself, an identity string, None (anonymous), or any value with an
+        ``id`` and an ``is_owner`` (the agent's requester: identity and tier). Anything else is refused."""
+        if isinstance(who, Requester):
+            return who
+        if who is None or isinstance(who, str):
+            return Requester(who)
+        if hasattr(who, "id") and isinstance(getattr(who, "is_owner", None), bool):
+            return Requester(who.id, who.is_owner)
+        raise TypeError(f"a requester is a Requester, an identity string or None, not {type(who).__name__} {who!r}")
+
+
+OWNER = Requester(None, is_owner=True)  # the owner role: every document (gold texts, the write path's re-reads)
 
 
 @dataclass

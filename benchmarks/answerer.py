@@ -42,7 +42,7 @@ from _common import ROOT, SHARED, machine, percentile, write_json  # noqa: E402
 
 from adiyan.cache import CallCache  # noqa: E402
 from adiyan.config import load_settings  # noqa: E402
-from adiyan.eval import metrics as M  # noqa: E402
+from adiyan import metrics as M  # noqa: E402
 from adiyan.eval.harness import close_index, open_index, question_rows  # noqa: E402
 from adiyan.eval.ragas_metrics import score_non_llm  # noqa: E402
 from adiyan.factory import open_llm, open_retriever  # noqa: E402

@@ -55,7 +55,7 @@ def reingest(n_docs: int, embedder_name: str) -> dict:
             kb.finish_ingest()
             seconds = time.perf_counter() - t0
             out[label] = {"seconds": round(seconds, 3), "chunks": kb.count_chunks(), "cache": emb.stats.as_dict()}
-            kb.store.close()
+            kb.close()
     assert out["cold"]["chunks"] == out["warm"]["chunks"]
     assert out["warm"]["cache"]["misses"] == 0, out["warm"]["cache"]
     return {"documents": len(docs), "embedder": raw.id, **out,

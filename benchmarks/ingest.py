@@ -94,7 +94,7 @@ def run_documents(embedder_name: str = "minilm", per_format: int = 6, max_kb: in
         kb.finish_ingest()
         ingest_s = time.perf_counter() - t0
         n_chunks = kb.count_chunks()
-        kb.store.close()
+        kb.close()
         failed = [r for r in results if isinstance(r, Exception)]
         t0 = time.perf_counter()
         raw.embed(chunks, "document")
@@ -142,7 +142,7 @@ def run(n_docs: int = 400, embedder_name: str = "minilm", repeats: int = 1, *, d
         for name, data in docs:
             kb.ingest_document(data, name, "bench", "global")
         reingest_unchanged_s = time.perf_counter() - t0
-        kb.store.close()
+        kb.close()
         # re-ingest into a fresh store with a warm embedding cache: what a chunking-unchanged rebuild costs
         s2 = s.with_overrides({"paths.data_dir": f"{tmp}/data2"})
         # the model alone once more, after the ingest: the reference is the faster of the two, so a
@@ -156,7 +156,7 @@ def run(n_docs: int = 400, embedder_name: str = "minilm", repeats: int = 1, *, d
         kb2.ingest_many([(data, name, "bench", "global") for name, data in docs])
         kb2.finish_ingest()
         warm_cache_s = time.perf_counter() - t0
-        kb2.store.close()
+        kb2.close()
         # the same documents one call each (ingest_document), cold cache: what the batch saves
         s3 = s.with_overrides({"paths.data_dir": f"{tmp}/data3"})
         kb3 = open_kb(s3, embedder=CachedEmbedder(raw, EmbeddingCache(f"{tmp}/emb3.sqlite")), store=open_store(s3), progress=False)
@@ -165,7 +165,7 @@ def run(n_docs: int = 400, embedder_name: str = "minilm", repeats: int = 1, *, d
             kb3.ingest_document(data, name, "bench", "global")
         kb3.finish_ingest()
         one_by_one_s = time.perf_counter() - t0
-        kb3.store.close()
+        kb3.close()
     assert n_chunks == len(chunks), (n_chunks, len(chunks))
     return {
         "benchmark": "ingest", "embedder": raw.id, "documents": len(docs), "chunks": n_chunks,

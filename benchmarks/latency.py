@@ -60,7 +60,7 @@ SETS = ("scifact", "noisy_copies", "real_text", "random")
 # payload: a seeded uniform u per point decides it (see ``payloads``)
 GLOBAL_SHARE, OWNER0_SHARE, OWNER1_SHARE, OTHER_OWNERS = 0.45, 0.05, 0.05, 18
 FILTERS = {"none": None,
-           "access_50": access_filter("owner-1", False),  # global (45%) or owner-1's own (5%)
+           "access_50": access_filter("owner-1"),  # global (45%) or owner-1's own (5%)
            "own_private_5": Filter(must=(Cond("owner_identity", "owner-0"), Cond("visibility", "private")))}
 
 

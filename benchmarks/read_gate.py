@@ -69,7 +69,7 @@ def _time(kb, qtexts, qvecs, k, mode, retriever=None) -> dict:
             if retriever is not None:
                 hits = retriever.retrieve(q, REQUESTER, top_k=k).chunks
             else:
-                hits = kb.search(q, k, requester_id=REQUESTER, mode=mode, query_vector=v)
+                hits = kb.search(q, k, requester=REQUESTER, mode=mode, query_vector=v)
             times[variant].append(1000 * (time.perf_counter() - t0))
             if variant == "ungated":
                 recs = kb.raw.committed({c.source for c in hits})
@@ -118,11 +118,11 @@ def run(n_docs: int = 400, n_queries: int = 300, k: int = 10) -> dict:
                         pass
                     kb.fault_hook = None
                     result["stale_chunks_in_engine"] = kb.count_chunks() - sum(
-                        r.n_chunks for r in kb.raw.list(is_owner=True))
+                        r.n_chunks for r in kb.raw.list(OWNER))
                 result[state] = {mode: _time(kb, qtexts, qvecs, k, mode) for mode in ("dense", "bm25", "hybrid")}
                 result[state]["pipeline_dense"] = _time(kb, qtexts, qvecs, k, "dense", retriever=retriever)
         finally:
-            kb.store.close()
+            kb.close()
     result["summary"] = {f"{state}_{mode}_p50_ratio": result[state][mode]["ratio_p50_gated_to_ungated"]
                          for state in ("steady", "write_in_flight")
                          for mode in ("dense", "bm25", "hybrid", "pipeline_dense")}

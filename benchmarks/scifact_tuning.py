@@ -67,7 +67,7 @@ def collect(kb, queries: dict, depth: int) -> dict:
     from adiyan.eval.harness import EVAL_REQUESTER
 
     out = {}
-    scope = {"requester_id": EVAL_REQUESTER, "is_owner": False}
+    scope = {"requester": EVAL_REQUESTER}
     qvs = dict(zip(queries, kb.embedder.embed(list(queries.values()), "query")))  # one batch, into the cache
     for qid, text in tqdm(queries.items(), desc="lists", unit="q", leave=False):
         qv = qvs[qid]
@@ -121,7 +121,7 @@ def prf_lists(kb, data: dict, cfg: dict, depth: int, vec_of) -> dict:
     for qid, lists in tqdm(data.items(), desc=f"prf {cfg}", unit="q", leave=False):
         top = list(fuse(lists, first_cfg, max(depth, cfg["prf_docs"])))[: cfg["prf_docs"]]
         qv = rocchio(lists["qv"], vec_of([lists["chunk_text"][k] for k in top]), cfg["prf_weight"])
-        d = kb.search(lists["text"], depth, mode="dense", query_vector=qv, requester_id=EVAL_REQUESTER)
+        d = kb.search(lists["text"], depth, mode="dense", query_vector=qv, requester=EVAL_REQUESTER)
         src = dict(lists["source"])
         src.update({c.key: c.source for c in d})
         texts = dict(lists["chunk_text"])
@@ -256,7 +256,7 @@ def bm25_grid(settings, data_dir: Path, *, ks=(0.9, 1.2, 1.5), bs=(0.4, 0.6, 0.7
         qvs = dict(zip(train.queries, index.kb.embedder.embed(list(train.queries.values()), "query")))
         dense = {}
         for qid, text in train.queries.items():
-            hits = index.kb.search(text, depth, mode="dense", query_vector=qvs[qid], requester_id=EVAL_REQUESTER)
+            hits = index.kb.search(text, depth, mode="dense", query_vector=qvs[qid], requester=EVAL_REQUESTER)
             dense[qid] = {c.key: c.score for c in hits}
             for c in hits:
                 sources.setdefault(c.key, c.source)

@@ -56,7 +56,7 @@ GRIDS = {
         "overrides": {"eval.evalset": "evalsets/adiyan_full", "eval.generate": False, "eval.incidents": False,
                       "eval.judge": None, "chunking.strategy": "recursive", "chunking.overlap": 100},
         "grid": {"chunking.size": [400, 600, 800, 1200, 1600]},
-        "metrics": ["hit_rate", "n_chunks", "index_embedded_texts", "index_build_s", "cold_index_s"],
+        "metrics": ["retrieval.hit_rate@k", "n_chunks", "index_embedded_texts", "index_build_s", "cold_index_s"],
         "paired": ["hit"],
         "fresh_cache": True,  # every point must embed its chunks: nothing cached beforehand
     },

@@ -16,9 +16,9 @@ import json
 import time
 from pathlib import Path
 
-from adiyan.cache import CallCache
+from adiyan.cache import call_cache
 from adiyan.config import load_settings, parse_set
-from adiyan.eval import metrics as M
+from adiyan import metrics as M
 from adiyan.eval.agent_eval import run_question
 from adiyan.eval.harness import close_index, open_index, question_rows
 from adiyan.factory import open_llm, open_retriever
@@ -37,7 +37,7 @@ def main() -> int:
     out_rows = []
     try:
         llm = open_llm(settings)
-        cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
+        cache = call_cache(settings, "answer")
         retriever = open_retriever(settings, index.kb, llm, cache=cache, entry_point="measure_agent_structured")
         qr = question_rows(index, retriever, progress=False)
         rows = [r for r in qr.rows if r["hit"] is not None][: args.n]

@@ -19,6 +19,7 @@ from pathlib import Path
 from adiyan.config import load_settings, parse_set
 from adiyan.eval.harness import close_index, open_index
 from adiyan.eval.judge import calibrate, evalset_calibration_pairs, judge_from_settings
+from adiyan.types import OWNER
 
 
 def main() -> int:
@@ -31,7 +32,7 @@ def main() -> int:
     try:
         es, kb = index.evalset, index.kb
         failed = {f["file"] for f in index.ingest_failures}
-        doc_texts = {d.source_key: kb.get_document_text(d.source_key, None, is_owner=True) for d in es.documents
+        doc_texts = {d.source_key: kb.get_document_text(d.source_key, OWNER) for d in es.documents
                      if d.filename not in failed}
     finally:
         close_index(index)

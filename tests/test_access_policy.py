@@ -14,6 +14,7 @@ from adiyan.cache import CachedEmbedder, EmbeddingCache
 from adiyan.config import load_settings
 from adiyan.factory import open_kb, open_retriever
 from adiyan.kb import DocumentNotFound
+from adiyan.types import OWNER, Requester
 
 OWNERS = ["alice", "bob", "carol"]
 REQUESTERS = OWNERS + ["mallory", None]
@@ -85,11 +86,11 @@ def check_policy(kb, docs, requester):
 
 def check_owner_sees_all(kb, docs):
     keys = {f"{o}/doc{i}.md" for i, (o, _) in enumerate(docs)}
-    assert {d["source"] for d in kb.list_documents(None, is_owner=True)} == keys
-    res = kb.retrieve_knowledge_base(COMMON, None, is_owner=True, top_k=10, floor=-1.0)
+    assert {d["source"] for d in kb.list_documents(OWNER)} == keys
+    res = kb.retrieve_knowledge_base(COMMON, OWNER, top_k=10, floor=-1.0)
     assert {c.source for c in res.chunks} == keys
     for k in keys:
-        assert kb.get_document(k, "whoever", is_owner=True)
+        assert kb.get_document(k, Requester("whoever", is_owner=True))
 
 
 def ingest_and_check(kb, docs, requester) -> None:
@@ -126,12 +127,12 @@ def test_migrate_private_tags_legacy_chunks(shared_embedder, tmp_path):
                                           {"source_filename": "legacy.md", "chunk_index": 0,
                                            "text": "legacy SECRET-legacy"})])
     # before: an unscoped search by the owner role sees it, a requester does not (fail closed)
-    assert any("legacy" in c.text for c in rp.retrieve_knowledge_base(COMMON, None, True, 10, floor=-1).chunks)
-    assert not any("SECRET-legacy" in c.text for c in rp.retrieve_knowledge_base(COMMON, "bob", False, 10, floor=-1).chunks)
+    assert any("legacy" in c.text for c in rp.retrieve_knowledge_base(COMMON, OWNER, top_k=10, floor=-1).chunks)
+    assert not any("SECRET-legacy" in c.text for c in rp.retrieve_knowledge_base(COMMON, "bob", top_k=10, floor=-1).chunks)
     assert kb.migrate_private("owner-1") == 1
     assert kb.migrate_private("owner-1") == 0  # idempotent
-    got = rp.retrieve_knowledge_base(COMMON, "owner-1", False, 10, floor=-1).chunks
+    got = rp.retrieve_knowledge_base(COMMON, "owner-1", top_k=10, floor=-1).chunks
     legacy = [c for c in got if "SECRET-legacy" in c.text]
     assert legacy and legacy[0].payload["visibility"] == "private"
-    assert not any("SECRET-legacy" in c.text for c in rp.retrieve_knowledge_base(COMMON, "bob", False, 10, floor=-1).chunks)
+    assert not any("SECRET-legacy" in c.text for c in rp.retrieve_knowledge_base(COMMON, "bob", top_k=10, floor=-1).chunks)
     kb.store.close()

@@ -37,6 +37,7 @@ from adiyan.config import load_settings
 from adiyan.factory import open_kb, open_retriever
 from adiyan.kb import DocumentNotFound, IngestError
 from adiyan.store import open_store
+from adiyan.types import OWNER
 from tests.test_parse import build_pdf as pdf_from_objects
 
 MAX_BYTES = 3_000_000
@@ -149,7 +150,7 @@ def snapshot(kb) -> dict:
     raw_root = kb.raw.root
     return {
         "chunks": kb.count_chunks(),
-        "documents": kb.list_documents(None, is_owner=True),
+        "documents": kb.list_documents(OWNER),
         "blobs": sorted(str(p.relative_to(raw_root)) for p in (raw_root / "files").rglob("*") if p.is_file()),
         "pending": sorted(p.name for p in kb.pending_dir.iterdir()),
     }
@@ -168,7 +169,7 @@ def assert_readable(kb) -> None:
         assert marker.encode() in kb.get_document(key, requester)
         assert key in {d["source"] for d in kb.list_documents(requester)}
         assert kb.extraction_report(key, requester)["total_chars"] > 0
-        assert kb.count_chunks(key) == kb.raw.get(key, is_owner=True).n_chunks
+        assert kb.count_chunks(key) == kb.raw.get(key, OWNER).n_chunks
 
 
 def starts_with_name(message: str, filename: str) -> bool:

@@ -207,7 +207,7 @@ def test_a_tool_beyond_the_tier_raises_to_the_caller_is_logged_and_traced(kb, ca
 
 
 def test_the_model_cannot_name_another_identity(kb):
-    for spec in build_tools(kb, RecordingMemory(), "bob", False, retriever=kb.rp).values():
+    for spec in build_tools(kb, RecordingMemory(), "bob", retriever=kb.rp).values():
         assert not {"requester_id", "is_owner", "user_id", "owner", "owner_identity"} & set(spec.params)
     script = {1: 'Action: search_kb\nAction Input: {"query": "safe code of the Ljubljana office", '
                  '"requester_id": "alice", "is_owner": true}',
@@ -381,14 +381,14 @@ def test_scratchpad_render_fits_its_budget(budget):
     ('```\nAction: search_kb\nAction Input: {"query": "<search words>"}\n```', "search_kb", {"query": "Q?"}),
 ])
 def test_parse_action_tolerates_noise(reply, tool, args):
-    p = parse_action(reply, build_tools(None, None, "bob", False, retriever=None), question="Q?")
+    p = parse_action(reply, build_tools(None, None, "bob", retriever=None), question="Q?")
     assert p.ok and p.tool == tool and p.args == args
 
 
 @pytest.mark.parametrize("reply", ["", "I think it is 450.", "Action: teleport\nAction Input: {}",
                                    'Action: read_document\nAction Input: {"query": "x"}'])
 def test_parse_action_reports_failures(reply):
-    p = parse_action(reply, build_tools(None, None, "bob", False, retriever=None), question="Q?")
+    p = parse_action(reply, build_tools(None, None, "bob", retriever=None), question="Q?")
     assert not p.ok and p.error
 
 

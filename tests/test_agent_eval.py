@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from adiyan.eval import metrics as M
+from adiyan import metrics as M
 from adiyan.eval.agent_eval import TRACES_FILE, agent_metrics
 from adiyan.eval.runner import run_eval
 from adiyan.report.agent import agent_section

@@ -20,6 +20,7 @@ from adiyan.config import load_settings
 from adiyan.factory import open_kb, open_retriever
 from adiyan.models.base import Completion
 from adiyan.retrieval import Retriever
+from adiyan.types import OWNER
 
 ROOT = Path(__file__).resolve().parents[1]
 EVALSET = ROOT / "evalsets" / "adiyan_basic"
@@ -73,7 +74,7 @@ def _owner_role_private_chunks(world, question: str) -> int:
     s = load_settings(None, _overrides(world["root"]), environ={})
     kb = open_kb(s, progress=False)
     try:
-        res = open_retriever(s, kb, entry_point="test").retrieve_knowledge_base(question, None, True)
+        res = open_retriever(s, kb, entry_point="test").retrieve_knowledge_base(question, OWNER)
     finally:
         kb.store.close()
     return sum(1 for c in res.chunks if c.source == f"carol/{PRIVATE_NAME}")
@@ -259,9 +260,9 @@ def test_hidden_count_is_the_owner_view_of_the_same_pipeline_run(fused_world, ca
         retriever = open_retriever(s, kb, entry_point="test")
         expected, engine_only = [], []
         for q in HIDDEN_QUESTIONS:
-            owner = retriever.retrieve_knowledge_base(q, None, True)
+            owner = retriever.retrieve_knowledge_base(q, OWNER)
             expected.append(sum(1 for c in owner.chunks if c.payload["visibility"] != "global"))
-            hits = kb.search(q, 4, requester_id=None, is_owner=True, mode="hybrid", prefetch=s.retrieval.hybrid_prefetch)
+            hits = kb.search(q, 4, requester=OWNER, mode="hybrid", prefetch=s.retrieval.hybrid_prefetch)
             engine_only.append(sum(1 for c in hits if c.payload["visibility"] != "global"))
             assert retriever.hidden_count(q, "bob") == expected[-1]  # the agent's count: the same owner view
     finally:

@@ -19,7 +19,7 @@ from adiyan.eval.beir import BeirFormatError, load_beir, read_qrels
 from adiyan.eval.evalset import EvalsetError, load_evalset, materialize_beir
 from adiyan.eval.harness import QuestionRows, retrieval_metrics
 from adiyan.eval.ir_metrics import evaluate_run
-from adiyan.eval.metrics import check_metrics
+from adiyan.metrics import check_metrics
 from adiyan.retrieval.pipeline import UnsupportedSetting
 
 ROOT = Path(__file__).resolve().parents[1]

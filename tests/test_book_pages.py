@@ -14,6 +14,7 @@ from adiyan.factory import open_kb, open_retriever
 from adiyan.kb import DocumentNotFound
 from adiyan.kb.pages import PAGE_CHARS, book_pages, top_level_chapters
 from adiyan.store.base import Cond, Filter
+from adiyan.types import OWNER
 from tests.test_access_policy import COMMON, EXAMPLES, REQUESTERS, docs_strategy
 from tests.test_parse import build_pdf
 
@@ -160,7 +161,7 @@ def test_book_pages_access_policy(engine, shared_embedder, docs, requester):
             assert {c.source for c in res} == visible  # every permitted book, nothing else
             for c in res:
                 assert not any(s in c.text for s in hidden_secrets)
-            owner_res = rp.search_book_pages(COMMON, None, is_owner=True, top_k=20, floor=-1.0)
+            owner_res = rp.search_book_pages(COMMON, OWNER, top_k=20, floor=-1.0)
             assert {c.source for c in owner_res} == set(keys)
             for k in keys + ["nobody/missing.md"]:
                 if k in visible:

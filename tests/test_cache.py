@@ -102,3 +102,28 @@ def test_every_matryoshka_width_shares_one_encode(minilm, tmp_path):
     by_hand = full[:, :128] / np.linalg.norm(full[:, :128], axis=1, keepdims=True)
     np.testing.assert_allclose(cut, by_hand, atol=1e-6)
     np.testing.assert_allclose(narrow.embed(texts, "document"), by_hand, atol=1e-5)  # the uncached model agrees
+
+
+def test_call_caches_are_built_by_one_factory(tmp_path):
+    """Every job's call cache comes from ``call_cache(settings, namespace)``: one file per cache
+    dir, namespaces apart (an answer and a judge verdict of the same payload never collide), and
+    no module of the package builds a ``CallCache`` by hand (it would drift from the shared file)."""
+    import ast
+    from pathlib import Path
+
+    import adiyan
+    from adiyan.cache import call_cache
+    from adiyan.config import load_settings
+
+    s = load_settings(None, {"paths.cache_dir": str(tmp_path)}, environ={})
+    answers, verdicts = call_cache(s, "answer"), call_cache(s, "judge")
+    assert answers.path == verdicts.path == tmp_path / "calls.sqlite"
+    assert answers.key({"q": 1}) != verdicts.key({"q": 1})
+    answers.put(answers.key({"q": 1}), "an answer")
+    assert call_cache(s, "answer").get(answers.key({"q": 1})) == "an answer"  # a later job reads it
+    assert verdicts.get(verdicts.key({"q": 1})) is None
+    pkg = Path(adiyan.__file__).parent
+    by_hand = [f"{p.relative_to(pkg)}:{n.lineno}" for p in sorted(pkg.rglob("*.py")) if p.name != "cache.py"
+               for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+               if isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == "CallCache"]
+    assert not by_hand, f"CallCache built by hand (use adiyan.cache.call_cache): {by_hand}"

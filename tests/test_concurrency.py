@@ -38,6 +38,7 @@ import pytest
 from adiyan.factory import open_kb, open_retriever
 from adiyan.kb import DocumentNotFound
 from adiyan.store import open_store
+from adiyan.types import OWNER
 
 pytestmark = pytest.mark.reliability
 
@@ -97,7 +98,7 @@ def committed_during(versions: dict[int, tuple], who, key: str, v: int | None, t
 
 def check_state(kb) -> dict:
     """The invariant after any set of completed ingests: stored chunks == committed chunks."""
-    records = {r.source_key: r for r in kb.raw.list(is_owner=True)}
+    records = {r.source_key: r for r in kb.raw.list(OWNER)}
     points = list(kb.store.scroll(kb.collection))
     pairs = Counter((p.payload["source_filename"], p.payload["chunk_index"]) for p in points)
     dupes = [k for k, n in pairs.items() if n > 1]
@@ -283,7 +284,7 @@ def test_two_threads_reingesting_the_same_document_at_once(kb):
         t.join(timeout=120)
     kb.fault_hook = None
     assert not errors
-    rec = kb.raw.get("office/tour.md", is_owner=True)
+    rec = kb.raw.get("office/tour.md", OWNER)
     assert kb.count_chunks("office/tour.md") == rec.n_chunks > 0
     assert kb.rp.retrieve_knowledge_base("tour notes", "x", floor=-1.0).chunks
     check_state(kb)
@@ -296,6 +297,7 @@ WRITER = textwrap.dedent('''
     from adiyan.config import load_settings
     from adiyan.factory import open_kb
     from adiyan.models import load_embedder
+    from adiyan.types import OWNER
     s = load_settings(environ={}, overrides={"paths.data_dir": sys.argv[1]})
     kb = open_kb(s, embedder=load_embedder("minilm"))
     kb.ingest_text("# One\\n\\nThe first document of process A. Marker PROC-A-ONE.", "one.md", "alice", "private")
@@ -306,7 +308,7 @@ WRITER = textwrap.dedent('''
     kb.fault_hook = hook
     kb.ingest_text("# Two\\n\\nThe second document of process A. Marker PROC-A-TWO.", "two.md", "alice", "global")
     kb.fault_hook = None
-    print(json.dumps({"chunks": kb.count_chunks(), "docs": [d["source"] for d in kb.list_documents(None, True)]}), flush=True)
+    print(json.dumps({"chunks": kb.count_chunks(), "docs": [d["source"] for d in kb.list_documents(OWNER)]}), flush=True)
     kb.store.close()
 ''')
 
@@ -483,5 +485,5 @@ def test_reader_processes_on_their_own_copies_agree(make_settings, minilm, tmp_p
     finally:
         kb.store.close()
     assert outs[0] == outs[1] == mine
-    assert all(src.startswith("bob/") or kb.raw.get(src, is_owner=True).visibility == "global"
+    assert all(src.startswith("bob/") or kb.raw.get(src, OWNER).visibility == "global"
                for rows in mine.values() for src, _, _ in rows)

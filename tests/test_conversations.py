@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from adiyan.cache import CallCache
-from adiyan.eval.conversations import FOLLOW_UP_KINDS, replay
+from adiyan.eval.conversations import replay
+from adiyan.eval.scorers import FOLLOW_UP_KINDS
 from adiyan.eval.evalset import EvalsetError, load_conversation_set
 from adiyan.eval.harness import close_index, open_index
 from adiyan.factory import open_retriever

@@ -195,7 +195,8 @@ def via_eval(world, s, spy):
 
 def via_retrieval_experiment(world, s, spy):
     res = evaluate_retrieval(s)
-    return [(r["qid"], r.get("hit"), r.get("rr"), r.get("ndcg@10"), r["context_tokens"]) for r in res.per_question]
+    return [(r["qid"], r.get("hit"), r.get("reciprocal_rank"), r.get("retrieval.ndcg@10"), r["context_tokens"])
+            for r in res.per_question]
 
 
 def via_context_experiment(world, s, spy, monkeypatch):

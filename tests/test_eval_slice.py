@@ -5,7 +5,7 @@ import json
 import pytest
 
 from adiyan.eval.evalset import load_evalset
-from adiyan.eval.metrics import keyword_hit, reciprocal_rank
+from adiyan.metrics import keyword_hit, reciprocal_rank
 from adiyan.eval.runner import run_eval
 from tests.conftest import ROOT
 

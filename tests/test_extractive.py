@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from adiyan.config import ConfigError
-from adiyan.eval import metrics as M
+from adiyan import metrics as M
 from adiyan.generation import (GROUNDING, NO_CONTEXT_ANSWER, STRICT, BudgetTooLarge, answer_question,
                                assemble_context, effective_budget)
 from adiyan.kb import RetrievedChunk

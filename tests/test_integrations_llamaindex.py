@@ -10,7 +10,7 @@ from llama_index.core import Document, VectorStoreIndex
 from llama_index.core.node_parser import SentenceSplitter
 
 from adiyan.chunking_llamaindex import wrap_embedder
-from adiyan.eval import metrics as M
+from adiyan import metrics as M
 from adiyan.eval.evalset import load_evalset
 from adiyan.integrations.llamaindex import AdiyanLLM, SourceMappingError, evaluate_llamaindex
 from tests.conftest import ROOT

@@ -7,6 +7,7 @@ import pytest
 from adiyan.factory import open_kb, open_retriever
 from adiyan.kb import IngestError, IngestItem, source_key, validate_filename
 from adiyan.store import EmbedderMismatchError, open_store
+from adiyan.types import OWNER
 
 TEXT_A = "# Prices\n\nThe Julian Alps Weekend (TR-JUL-03) costs 450 euros per person.\n"
 TEXT_B = "# Secrets\n\nThe safe code of the Ljubljana office is 7319.\n"
@@ -41,7 +42,7 @@ def test_private_chunks_never_reach_another_requester(kb):
         assert all(d["source"] != "alice/safe.md" for d in kb.list_documents(requester))
     own = kb.retrieve_knowledge_base("safe code of the office", "alice", top_k=1)
     assert own.chunks[0].source == "alice/safe.md"
-    assert {d["source"] for d in kb.list_documents(None, is_owner=True)} == {"office/prices.md", "alice/safe.md"}
+    assert {d["source"] for d in kb.list_documents(OWNER)} == {"office/prices.md", "alice/safe.md"}
 
 
 def test_floor_drops_results_and_says_so(kb):
@@ -128,3 +129,28 @@ def test_lexical_modes_find_exact_tokens_under_the_policy(make_settings, minilm,
     assert all(c.source != "alice/safe.md" for c in kb.retrieve_knowledge_base("safe code 7319", "bob", top_k=3).chunks)
     assert kb.retrieve_knowledge_base("safe code 7319", "alice", top_k=1).chunks[0].source == "alice/safe.md"
     store.close()
+
+
+def test_knowledge_base_closes_as_a_context_manager(make_settings, minilm):
+    """``with open_kb(...) as kb`` releases the embedded engine's folder on the way out (a second
+    open of the folder in this process fails while the first holds it), and nothing in the
+    package closes ``kb.store`` by hand any more."""
+    import ast
+    from pathlib import Path
+
+    import adiyan
+
+    s = make_settings()
+    with open_kb(s, embedder=minilm) as kb:
+        kb.ingest_text(TEXT_A, "prices.md", "office", "global")
+        with pytest.raises(Exception, match="already accessed|in use|held by another|WouldBlock"):
+            open_kb(s, embedder=minilm)  # the folder is still held by the open knowledge base
+    with open_kb(s, embedder=minilm) as again:  # released: it opens, with the document
+        assert again.count_chunks() == 1
+    pkg = Path(adiyan.__file__).parent
+    by_hand = [f"{p.relative_to(pkg)}:{n.lineno}" for p in sorted(pkg.rglob("*.py"))
+               for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+               if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "close"
+               and isinstance(n.func.value, ast.Attribute) and n.func.value.attr == "store"
+               and "kb" in ast.unparse(n.func.value.value)]
+    assert not by_hand, f"kb.store closed by hand (use kb.close() or `with open_kb(...)`): {by_hand}"

@@ -13,6 +13,7 @@ from adiyan.cli import main as cli
 from adiyan.factory import open_kb, open_retriever
 from adiyan.kb import DocumentNotFound, IngestError, IngestResult
 from adiyan.store import open_store
+from adiyan.types import OWNER
 from tests.conftest import MODEL_DIR
 
 
@@ -132,11 +133,11 @@ def test_email_is_a_document_and_its_attachments_too(kb):
 
 def test_a_refused_container_changes_nothing(kb):
     kb.ingest_many([(archive({"kayak.txt": note("kayak")}), "archive.zip", "office", "global")])
-    before = (kb.count_chunks(), kb.list_documents(None, is_owner=True))
+    before = (kb.count_chunks(), kb.list_documents(OWNER))
     res = kb.ingest_many([(archive({"../escape.txt": note("escape")}), "archive.zip", "office", "global")])[0]
     assert isinstance(res, IngestError) and res.source == "office/archive.zip"
     assert str(res).startswith("'office/archive.zip': container refused, nothing of it changed") and ".." in str(res)
-    assert (kb.count_chunks(), kb.list_documents(None, is_owner=True)) == before
+    assert (kb.count_chunks(), kb.list_documents(OWNER)) == before
 
 
 def test_adiyan_ingest_keys_by_relative_path_and_expands_containers(tmp_path, capsys):

@@ -223,7 +223,7 @@ def test_invoke_eval_on_a_locomo_file_writes_the_run(make_settings, capsys):
     assert m["locomo"]["reference_bm25"]["recall@5"]["all"] == pytest.approx(0.7)
     assert m["metrics"]["locomo"]["reference_bm25.recall@5"] == pytest.approx(0.7)
     assert m["dataset"]["kind"] == "locomo" and m["dataset"]["n_questions"] == 5
-    from adiyan.eval import metrics as M
+    from adiyan import metrics as M
 
     assert M.check_metrics(m["metrics"]) == []  # every metric written is registered
     assert len((run / "questions.jsonl").read_text().splitlines()) == 5

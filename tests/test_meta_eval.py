@@ -18,10 +18,10 @@ os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
 
 from adiyan.eval import meta_eval as ME  # noqa: E402
 from adiyan.eval import meta_eval_scores as MS  # noqa: E402
-from adiyan.eval import metrics as M  # noqa: E402
+from adiyan import metrics as M  # noqa: E402
 from adiyan.eval.meta_eval_method import (ASPECTS, against_humans, bootstrap_indices, correlation,  # noqa: E402
                                           human_agreement, interval, metric_row, same_scores, scaled_deltas)
-from adiyan.eval.ragas_metrics import bleu_score  # noqa: E402
+from adiyan.eval.ragas_metrics import bleu_score, chrf_score, score_non_llm  # noqa: E402
 from adiyan.models.base import Completion  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,6 +161,18 @@ def test_bleu_by_hand_and_ragas_bleu_as_shipped_ignores_later_sentences():
     assert bleu_score(ref, resp) < 0.5
 
 
+def test_chrf_by_hand():
+    # "abc" vs reference "abd", whitespace-free character n-grams: 1-grams 2 of 3 match (P = R = 2/3),
+    # 2-grams 1 of 2 (1/2), 3-grams 0 of 1; no text has 4- to 6-grams, so those orders are left out.
+    # P = R = (2/3 + 1/2 + 0) / 3 = 7/18, and F-beta of equal P and R is that value
+    assert chrf_score("abd", "abc") == pytest.approx(7 / 18)
+    assert chrf_score("the cat sat", "the cat sat") == 1.0
+    assert chrf_score("abc", "xyz") == 0.0
+    # per row beside BLEU, None without a reference
+    per_row = score_non_llm([{"answer": "abc", "reference": "abd"}, {"answer": "abc", "reference": None}])
+    assert per_row["chrf_score"] == [pytest.approx(7 / 18), None]
+
+
 def test_derived_keywords_and_their_share():
     kws = MS.answer_keywords("Pre-training corpora are constructed using large-scale unlabeled datasets [4]. "
                              "The goal is universal representations [4, 5] with 2 steps.")
@@ -172,7 +184,7 @@ def test_derived_keywords_and_their_share():
 
 @needs_data
 def test_committed_registry_table_matches_a_fresh_computation(make_settings):
-    """adiyan/eval/human_correlation.yaml (written by adiyan meta-eval --write-registry) holds the
+    """adiyan/human_correlation.yaml (written by adiyan meta-eval --write-registry) holds the
     figures this data gives today for every offline registry metric."""
     table = yaml.safe_load(M.HUMAN_CORRELATION_FILE.read_text(encoding="utf-8"))
     assert table["data_sha256"] == {f: ME.file_sha256(DATA / f) for f in (ME.HUMAN_FILE, ME.RAGCHECKER_FILE)}
@@ -184,7 +196,9 @@ def test_committed_registry_table_matches_a_fresh_computation(make_settings):
              "method": table["method"], "dataset": {"sha256": table["data_sha256"]},
              "n_bootstrap": table["n_bootstrap"], "seed": table["seed"]}
     want = ME.human_correlation_table(fresh)["metrics"]
-    assert set(want) == set(ME.REGISTRY_GROUPS)
+    assert set(want) == {"rouge_score", "non_llm_string_similarity", "bleu_score", "exact_match", "keyword_recall",
+                         "chrf_score"}  # every offline answer metric a run writes
+    assert want["chrf_score"]["groups"] == ["ragas", "agent_ragas"]  # from the registry, not a list kept by hand
     for name, entry in want.items():
         assert table["metrics"][name] == entry, name
     assert table["metrics"]["rouge_score"]["status"] == "measured"

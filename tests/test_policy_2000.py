@@ -29,6 +29,7 @@ from adiyan.config import load_settings
 from adiyan.ingest.rawstore import RawStore
 from adiyan.factory import open_kb, open_retriever
 from adiyan.store import Cond, EdgeStore, Filter
+from adiyan.types import OWNER
 from test_access_policy import REQUESTERS, docs_strategy, ingest_and_check
 
 EXAMPLES = max(2000, int(os.environ.get("ADIYAN_PROPERTY_EXAMPLES", "0")))
@@ -53,7 +54,7 @@ def run_property(embedder, tmp: Path, examples: int) -> dict:
         raw_root.mkdir(parents=True)
         (raw_root / "files").symlink_to(blobs, target_is_directory=True)
         kb = open_kb(base, embedder=embedder, store=store, raw=RawStore(raw_root))
-        assert kb.count_chunks() == 0 and kb.list_documents(None, is_owner=True) == []
+        assert kb.count_chunks() == 0 and kb.list_documents(OWNER) == []
         try:
             ingest_and_check(open_retriever(base, kb), docs, requester)
         finally:

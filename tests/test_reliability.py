@@ -19,6 +19,7 @@ from adiyan.config import load_settings
 from adiyan.factory import open_kb, open_retriever
 from adiyan.kb import DocumentNotFound
 from adiyan.models import load_embedder
+from adiyan.types import OWNER
 
 pytestmark = pytest.mark.reliability
 
@@ -72,7 +73,7 @@ def _shown(kb, s, requester) -> set[str]:
         seen.add("hidden")
     else:
         assert len(seen) == 1 and listed and found["source"] == key, (requester, seen, listed, found)
-    rec = kb.raw.get(key, is_owner=True)
+    rec = kb.raw.get(key, OWNER)
     assert kb.count_chunks(key) == rec.n_chunks  # reopened: repaired, no partial or doubled document
     return seen
 

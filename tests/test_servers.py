@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from adiyan.cache import CallCache
+from adiyan.cache import call_cache
 from adiyan.eval.judge.client import judge_from_settings
 from adiyan.factory import open_embedder, open_kb, open_llm, open_memory, open_retriever
 from adiyan.generation import answer_question, assemble_context
@@ -98,7 +98,7 @@ def test_generation_over_http_is_llama_cpps_greedy_answer(kb_over_http, llama_se
     res = open_retriever(s, kb).retrieve(question, "bob")
     assert res.chunks[0].source == "office/prices.md"
     assert all(not c.source.startswith("alice/") for c in res.chunks)
-    cache = CallCache(s.paths.cache_dir / "calls.sqlite", "answer")
+    cache = call_cache(s, "answer")
     calls = llama_server.requests("/v1/chat/completions")
     answer = answer_question(llm, question, res.chunks, s, cache=cache)
     assert not answer.cached and answer.text and answer.completion_tokens

@@ -14,7 +14,7 @@ import sqlite3
 import pytest
 from pydantic import BaseModel
 
-from adiyan.cache import CallCache
+from adiyan.cache import call_cache
 from adiyan.eval.judge.client import judge_from_settings
 from adiyan.factory import open_embedder, open_kb, open_llm, open_memory, open_retriever
 from adiyan.generation import answer_question
@@ -57,7 +57,7 @@ def test_slow_server(make_settings, proxy):
                                                "embedder.timeout_s": 1})
     embedder = open_embedder(s)  # built (dimension probe) while the server is quick
     proxy.mode, proxy.delay_s = "delay", 4.0
-    cache = CallCache(s.paths.cache_dir / "calls.sqlite", "answer")
+    cache = call_cache(s, "answer")
     with pytest.raises(ModelTimeoutError, match=f"no reply from {proxy.url} within 1 s"):
         answer_question(open_llm(s), QUESTION, CHUNKS, s, cache=cache)
     judge = judge_from_settings(s)
@@ -88,7 +88,7 @@ def test_server_down(make_settings, llama_server, minilm):
     url = f"http://127.0.0.1:{port}/v1"
     s = over_http(make_settings, url)
     llm = open_llm(s)
-    cache = CallCache(s.paths.cache_dir / "calls.sqlite", "answer")
+    cache = call_cache(s, "answer")
     with pytest.raises(ModelConnectionError, match=f"cannot reach the server at {url}"):
         answer_question(llm, QUESTION, CHUNKS, s, cache=cache)
     judge = judge_from_settings(s)

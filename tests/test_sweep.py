@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from adiyan import sweeps as S
-from adiyan.eval import metrics as M
+from adiyan import metrics as M
 from adiyan.experiments import common as C
 from adiyan.experiments import dims as D
 from adiyan.experiments import memory as MEM
@@ -119,10 +119,12 @@ def test_holm_adjustment_by_hand():
 def test_direction_of_metrics_comes_from_the_registry():
     """Every metric a shipped experiment records has a registered direction; the three the old
     name-fragment guess got wrong ("_s" in rouge_score, non_llm_string_similarity,
-    principles_holding_share) are higher-is-better."""
-    for m in ("hit_rate", "mrr", "ndcg@10", "recall@10", "correction_hit@1", "stable_hit@1", "keyword_recall",
-              "principles_holding_share", "3_stale_fact_holds", "engine_recall@10", "hit@1", "hit", "rr"):
-        assert M.direction("sweep", m) == M.HIGHER, m
+    principles_holding_share) are higher-is-better. A run metric a point records is the run's
+    own entry (``retrieval.hit_rate@k`` is retrieval/hit_rate@{k})."""
+    for m in ("retrieval.hit_rate@k", "mrr", "retrieval.ndcg@10", "recall@10", "correction_hit@1", "stable_hit@1",
+              "answer.keyword_recall", "incidents.principles_holding_share", "incidents.3_stale_fact_holds",
+              "engine_recall@10", "hit@1", "hit", "rr", "reciprocal_rank"):
+        assert M.direction(*C.registry_key(m)) == M.HIGHER, m
     for m in ("p50_ms", "retrieve_ms", "index_build_s", "context_tokens", "stale_rate", "private_returned",
               "bytes_per_vector", "search_ms", "latency_ms", "stale"):
         assert M.direction("sweep", m) == M.LOWER, m
@@ -138,29 +140,41 @@ def test_direction_of_metrics_comes_from_the_registry():
 def test_every_metric_a_shipped_sweep_names_is_registered():
     for path in sorted((ROOT / "sweeps").glob("*.yaml")):
         spec = S.load_spec(path)
-        eval_sweep = spec.notebook.name == "evaluate.ipynb"  # columns are group.name of metrics.json
-        named = list(spec.metrics) + [v for v in (spec.frontier or {}).values()]
-        for m in named:
-            M.lookup(*(m.split(".", 1) if eval_sweep else ("sweep", m)))
-        for q in spec.paired:
-            M.lookup("sweep", q)
+        named = list(spec.metrics) + [v for v in (spec.frontier or {}).values()] + list(spec.paired)
+        for m in named:  # group.name of a run group is that run metric, anything else an experiment's own
+            M.lookup(*C.registry_key(m))
+
+
+def test_no_sweep_entry_copies_a_run_metric():
+    """A point records a run metric under the run's name: no ``sweep`` entry renames a scorer's
+    metric (the second entries hit_rate, rouge_score, private_leaked... are gone)."""
+    scored = {m.name for block in M.SCORED.values() for m in block}
+    copies = sorted(m.name for m in M.REGISTRY if m.group == C.METRIC_GROUP and m.name in scored)
+    assert not copies, copies
+    for gone in ("hit_rate", "private_leaked", "rouge_score", "keyword_recall", "principles_holding_share",
+                 "hit_rate_rewrite", "agent_keyword_recall", "memory_recall@5"):
+        with pytest.raises(M.UnregisteredMetric):
+            M.lookup(C.METRIC_GROUP, gone)
 
 
 def test_record_validates_and_is_a_noop_without_output_dir(tmp_path):
-    assert C.record(None, {"hit_rate": 1.0}) is None
+    hr = "retrieval.hit_rate@k"  # the run's name at the point's own k
+    assert C.record(None, {hr: 1.0}) is None
     with pytest.raises(TypeError):
-        C.record(tmp_path, {"hit_rate": "high"})
+        C.record(tmp_path, {hr: "high"})
     with pytest.raises(ValueError):
-        C.record(tmp_path, C.PointResult({"hit_rate": 1.0}, [{"hit": 1.0}]))
+        C.record(tmp_path, C.PointResult({hr: 1.0}, [{"hit": 1.0}]))
     with pytest.raises(M.UnregisteredMetric, match="cost_ms"):  # an undeclared metric fails in the notebook
-        C.record(tmp_path, {"hit_rate": 1.0, "cost_ms": 3.0})
+        C.record(tmp_path, {hr: 1.0, "cost_ms": 3.0})
+    with pytest.raises(M.UnregisteredMetric, match="hit_rate"):  # so does the old renamed copy
+        C.record(tmp_path, {"hit_rate": 1.0})
     with pytest.raises(M.UnregisteredMetric, match="score"):  # and so does an undeclared per-question score
-        C.record(tmp_path, C.PointResult({"hit_rate": 1.0}, [{"qid": "q1", "score": 1.0, "kind": "lookup"}]))
+        C.record(tmp_path, C.PointResult({hr: 1.0}, [{"qid": "q1", "score": 1.0, "kind": "lookup"}]))
     assert not (tmp_path / C.POINT_FILE).exists()
-    p = C.record(tmp_path, C.PointResult({"hit_rate": np.float32(0.5), "mrr": float("nan")},
+    p = C.record(tmp_path, C.PointResult({hr: np.float32(0.5), "mrr": float("nan")},
                                          [{"qid": "q1", "hit": 1, "kind": "lookup"}]))
     data = json.loads(p.read_text())
-    assert data["metrics"] == {"hit_rate": 0.5, "mrr": None}
+    assert data["metrics"] == {hr: 0.5, "mrr": None}
     assert data["per_question"] == [{"qid": "q1", "hit": 1, "kind": "lookup"}]
 
 
@@ -309,7 +323,7 @@ import matplotlib.pyplot as plt
 if label == "boom":
     raise RuntimeError("boom")
 plt.plot([0, 1], [0, x])
-result = PointResult({"hit_rate": x / 4, "retrieve_ms": 10.0 * x},
+result = PointResult({"retrieval.hit_rate@k": x / 4, "retrieve_ms": 10.0 * x},
                      [{"qid": f"q{i}", "hit": float(i < x)} for i in range(6)])
 record(output_dir, result)"""
 
@@ -323,7 +337,7 @@ def _tiny_spec(tmp_path: Path, grid, **extra) -> S.SweepSpec:
     path = tmp_path / "tiny.ipynb"
     nbformat.write(nb, str(path))
     return S.SweepSpec.from_dict({"notebook": str(path), "grid": grid, "name": "tiny",
-                                  "frontier": {"x": "retrieve_ms", "y": "hit_rate"}, **extra}, source="test")
+                                  "frontier": {"x": "retrieve_ms", "y": "retrieval.hit_rate@k"}, **extra}, source="test")
 
 
 def _run(spec, tmp_path, **kw):
@@ -338,7 +352,7 @@ def test_sweep_runs_gathers_and_writes_an_offline_index(tmp_path):
     assert res.ran == [S.point_id({"x": v}) for v in (1, 2, 3)] and not res.reused and not res.failed
     runs = pd.read_parquet(tmp_path / "out" / "runs.parquet")
     assert len(runs) == 3 and list(runs["x"]) == [1, 2, 3]
-    assert list(runs["hit_rate"]) == [0.25, 0.5, 0.75] and list(runs["status"]) == ["ok"] * 3
+    assert list(runs["retrieval.hit_rate@k"]) == [0.25, 0.5, 0.75] and list(runs["status"]) == ["ok"] * 3
     for pid in res.points:  # every point: executed notebook, its HTML, its config, the marker
         d = tmp_path / "out" / "points" / pid
         for f in ("notebook.ipynb", "notebook.html", "config.yaml", "params.json", C.POINT_FILE, S.MARKER):
@@ -356,7 +370,7 @@ def test_sweep_runs_gathers_and_writes_an_offline_index(tmp_path):
     assert sig["baseline"] == S.point_id({"x": 1}) and set(sig["metrics"]["hit"]) == set(res.points[1:])
     assert all(r["direction"] == "higher" for r in sig["metrics"]["hit"].values())
     # best per metric by the registry: the highest hit rate (x=3), the lowest latency (x=1)
-    assert '<td>hit_rate</td><td>higher is better</td><td class="num">0.75</td><td>x=3</td>' in html
+    assert '<td>retrieval.hit_rate@k</td><td>higher is better</td><td class="num">0.75</td><td>x=3</td>' in html
     assert '<td>retrieve_ms</td><td>lower is better</td><td class="num">10.0</td><td>x=1</td>' in html
     assert "Pareto-optimal points (no other point is better on both): x=1, x=2, x=3" in html
     page = (tmp_path / "out" / "points" / res.points[0] / "notebook.html").read_text()
@@ -368,7 +382,7 @@ def test_resume_runs_only_unfinished_points(tmp_path):
     points = S.expand(spec)
     first = tmp_path / "out" / "points" / points[0].id
     first.mkdir(parents=True)  # point 1 finished in an earlier (killed) run
-    C.record(first, C.PointResult({"hit_rate": 1.0, "retrieve_ms": 1.0}, [{"qid": "q0", "hit": 0.0}]))
+    C.record(first, C.PointResult({"retrieval.hit_rate@k": 1.0, "retrieve_ms": 1.0}, [{"qid": "q0", "hit": 0.0}]))
     S.mark_complete(first, S.point_fingerprint(spec, points[0]))
     half = tmp_path / "out" / "points" / points[1].id
     half.mkdir(parents=True)  # point 2 was killed midway: files but no marker
@@ -380,7 +394,7 @@ def test_resume_runs_only_unfinished_points(tmp_path):
     import pandas as pd
 
     runs = pd.read_parquet(tmp_path / "out" / "runs.parquet")
-    assert list(runs["hit_rate"]) == [1.0, 0.5, 0.75]  # the finished point's recorded result is kept
+    assert list(runs["retrieval.hit_rate@k"]) == [1.0, 0.5, 0.75]  # the finished point's recorded result is kept
     again = _run(spec, tmp_path)
     assert again.ran == [] and len(again.reused) == 3
     spec2 = _tiny_spec(tmp_path, {"x": [1, 2, 3]})  # same notebook code: same fingerprints
@@ -472,21 +486,22 @@ def test_best_is_marked_by_the_registry_direction(tmp_path):
     spec = _tiny_spec(tmp_path, {"x": [1, 2, 3]})
     vals = {1: (0.6, 30.0, 120.0), 2: (1.0, 20.0, 80.0), 3: (0.8, 10.0, 100.0)}
     points, out = _finished_sweep(tmp_path, spec, {x: {"point": C.PointResult(
-        {"principles_holding_share": a, "retrieve_ms": b, "n_chunks": c})} for x, (a, b, c) in vals.items()})
+        {"incidents.principles_holding_share": a, "retrieve_ms": b, "n_chunks": c})} for x, (a, b, c) in vals.items()})
     runs_path, index = write_outputs(spec, points, out)
     html = index.read_text()
     best = _best_rows(html)
-    assert best == {"principles_holding_share": ("higher is better", "1.0", "x=2"),
+    assert best == {"incidents.principles_holding_share": ("higher is better", "1.0", "x=2"),
                     "retrieve_ms": ("lower is better", "10.0", "x=3")}
     g = G.gather(spec, points, out)
     for m, b in G.best_points(g, g.metric_cols).items():
-        assert b["direction"] == M.lookup("sweep", m).direction
+        assert b["direction"] == M.lookup(*C.registry_key(m)).direction
     assert 'class="num best">1.0<' in html and 'class="num best">10.0<' in html
     assert 'class="num best">80' not in html and 'class="num best">120' not in html  # neutral: never best
     import pyarrow.parquet as papq
 
     meta = json.loads(papq.read_schema(runs_path).metadata[b"adiyan.sweep"])
-    assert meta["direction"] == {"principles_holding_share": "higher", "retrieve_ms": "lower", "n_chunks": "neutral"}
+    assert meta["direction"] == {"incidents.principles_holding_share": "higher", "retrieve_ms": "lower",
+                                 "n_chunks": "neutral"}
 
 
 def test_eval_sweep_columns_are_looked_up_by_group(tmp_path):
@@ -512,7 +527,7 @@ def test_an_unregistered_metric_stops_the_report_naming_it(tmp_path):
     points = S.expand(spec)
     pdir = tmp_path / "out" / "points" / points[0].id
     pdir.mkdir(parents=True)  # a point.json written past record(): "y" is declared nowhere
-    (pdir / C.POINT_FILE).write_text(json.dumps({"status": "ok", "metrics": {"y": 1.0, "hit_rate": 0.5},
+    (pdir / C.POINT_FILE).write_text(json.dumps({"status": "ok", "metrics": {"y": 1.0, "retrieval.hit_rate@k": 0.5},
                                                  "per_question": [{"qid": "q1", "score": 1.0}]}))
     S.mark_complete(pdir, S.point_fingerprint(spec, points[0]))
     with pytest.raises(S.SweepError, match=r"not registered.*sweep/y, sweep/score"):
@@ -522,7 +537,7 @@ def test_an_unregistered_metric_stops_the_report_naming_it(tmp_path):
 
 def test_retrieval_experiment_reports_the_harness_rows_through_the_pipeline(tmp_path):
     """A retrieval point's metrics are the evaluation harness's (the rows ``invoke eval``
-    computes), renamed; and the point's retrieval.* settings reach the pipeline (bm25 ranks
+    computes), under the run's names; and the point's retrieval.* settings reach the pipeline (bm25 ranks
     adiyan_basic differently from dense, and has no floor)."""
     from adiyan.config import load_settings
     from adiyan.eval.harness import open_index, question_rows, retrieval_metrics
@@ -537,13 +552,15 @@ def test_retrieval_experiment_reports_the_harness_rows_through_the_pipeline(tmp_
     index = open_index(s)
     qr = question_rows(index, open_retriever(s, index.kb))
     want = retrieval_metrics(qr, 4)["retrieval"]
-    assert (res.metrics["hit_rate"], res.metrics["mrr"], res.metrics["ndcg@10"], res.metrics["recall@10"]) == \
+    m = res.metrics
+    assert (m["retrieval.hit_rate@k"], m["retrieval.mrr@k"], m["retrieval.ndcg@10"], m["retrieval.recall@10"]) == \
         (want["hit_rate@4"], want["mrr@4"], want["ndcg@10"], want["recall@10"])
     assert [r["qid"] for r in res.per_question] == [r["id"] for r in qr.rows]
-    assert [r.get("rr") for r in res.per_question] == [r["reciprocal_rank"] for r in qr.rows]
-    assert res.info["retrieval"]["mode"] == "dense" and res.metrics["private_leaked"] == 0.0
+    assert [r.get("reciprocal_rank") for r in res.per_question] == [r["reciprocal_rank"] for r in qr.rows]
+    assert res.info["retrieval"]["mode"] == "dense" and m["privacy.private_chunks_leaked"] == 0
     bm25 = retrieval.evaluate_retrieval(s.with_overrides({"retrieval.mode": "bm25"}))
     assert bm25.info["retrieval"]["mode"] == "bm25" and bm25.info["floor"] is None
     # dense finds every gold source first; bm25 ranks one of the 14 answerable questions' second
-    assert res.metrics["mrr"] == 1.0 and bm25.metrics["mrr"] == pytest.approx(13.5 / 14, abs=1e-6)
-    assert sum(a.get("rr") != b.get("rr") for a, b in zip(res.per_question, bm25.per_question)) == 1
+    assert m["retrieval.mrr@k"] == 1.0 and bm25.metrics["retrieval.mrr@k"] == pytest.approx(13.5 / 14, abs=1e-6)
+    assert sum(a.get("reciprocal_rank") != b.get("reciprocal_rank")
+               for a, b in zip(res.per_question, bm25.per_question)) == 1

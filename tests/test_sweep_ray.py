@@ -65,7 +65,7 @@ def test_ray_executor_gives_the_in_process_numbers_bit_for_bit(tmp_path):
     b = pd.read_parquet(tmp_path / "ray" / "runs.parquet")
     metric_cols = [c for c in a.columns if c not in ("point_wall_s", "finished_at", "notebook", "html", "config")
                    and not c.endswith(TIMING) and a[c].dtype.kind == "f"]
-    assert {"hit_rate", "mrr", "ndcg@10", "ragas.id_based_context_precision",
+    assert {"retrieval.hit_rate@k", "retrieval.mrr@k", "retrieval.ndcg@10", "ragas.id_based_context_precision",
             "ragas.id_based_context_recall", "regression.no-private-leak"} <= set(metric_cols)
     assert list(a["point_id"]) == list(b["point_id"])
     for c in metric_cols:  # bit for bit: same floats, same missing values
@@ -91,7 +91,7 @@ SLEEPY_WORK = """import os, time
 from adiyan.experiments.common import PointResult, record
 if x == 3 and os.path.exists(os.environ.get("SWEEP_TEST_SLOW_FLAG", "/nonexistent")):
     time.sleep(120)  # the point the test kills the sweep during
-record(output_dir, PointResult({"hit_rate": x / 4}, [{"qid": "q0", "hit": 1.0}]))"""
+record(output_dir, PointResult({"retrieval.hit_rate@k": x / 4}, [{"qid": "q0", "hit": 1.0}]))"""
 
 
 def test_killed_ray_sweep_resumes_and_skips_finished_points(tmp_path):
@@ -154,7 +154,7 @@ else:
     (gate / f"attempt-{x}.json").write_text(json.dumps({"pid": os.getpid(), "ppid": os.getppid()}))
     time.sleep(120)  # killed long before this ends
 mrr = math.fsum(1.0 / (i + x * math.pi) for i in range(1, 4000)) / 4000  # a float with rounding to get right
-record(output_dir, PointResult({"hit_rate": x / 4, "mrr": mrr}, [{"qid": "q0", "hit": 1.0}]))
+record(output_dir, PointResult({"retrieval.hit_rate@k": x / 4, "mrr": mrr}, [{"qid": "q0", "hit": 1.0}]))
 with open(gate / "finished.log", "a") as f:
     f.write(f"{x}\\n")"""
 
@@ -244,9 +244,9 @@ def test_ray_sweep_survives_a_worker_killed_mid_point(tmp_path):
     a = pd.read_parquet(tmp_path / "local" / "runs.parquet")
     b = pd.read_parquet(tmp_path / "ray" / "runs.parquet")
     assert list(a["point_id"]) == list(b["point_id"])
-    for c in ("hit_rate", "mrr"):
+    for c in ("retrieval.hit_rate@k", "mrr"):
         pd.testing.assert_series_equal(a[c], b[c], check_exact=True)
-    assert b.loc[b["point_id"] == points[2].id, "hit_rate"].item() == 0.75
+    assert b.loc[b["point_id"] == points[2].id, "retrieval.hit_rate@k"].item() == 0.75
     # nothing left behind: the orphaned kernel exits with its worker (ipykernel's parent poller),
     # and every process Ray started in this test is gone after shutdown
     leftover: list = []

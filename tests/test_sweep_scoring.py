@@ -111,7 +111,7 @@ def test_ragas_columns_equal_what_invoke_eval_computes(scored_sweep):
                      "rouge_score", "exact_match"):
             want = rows[q["qid"]]["ragas"][name]
             if name.startswith("id_based") or q["qid"] in answered:
-                assert q.get(name) == want, (q["qid"], name)
+                assert q.get(f"ragas.{name}") == want, (q["qid"], name)  # the run's name
     for name in ("id_based_context_precision", "id_based_context_recall", "non_llm_string_similarity",
                  "rouge_score", "exact_match"):
         v = k4["metrics"][f"ragas.{name}"]
@@ -137,10 +137,10 @@ def test_judged_metrics_are_marked_unreliable_with_the_embedded_judge(scored_swe
 
 
 def test_record_maps_run_groups_to_their_registry_entries(tmp_path):
-    from adiyan.eval import metrics as M
+    from adiyan import metrics as M
     from adiyan.experiments.common import PointResult, record
 
-    p = record(tmp_path, PointResult({"hit_rate": 0.5, "ragas.rouge_score": 0.2, "ragas_llm.faithfulness": None,
+    p = record(tmp_path, PointResult({"retrieve_ms": 5.0, "ragas.rouge_score": 0.2, "ragas_llm.faithfulness": None,
                                       "regression.no-private-leak": 1.0, "answered_questions": 4.0}))
     data = json.loads(p.read_text())
     assert data["registry_keys"] == {"ragas.rouge_score": ["ragas", "rouge_score"],
@@ -174,7 +174,8 @@ def test_page_shows_the_regression_grid_and_strikes_an_unreliable_judge(tmp_path
                   "status": "not_checked", "reason": "incidents are not replayed at sweep points"}]}
     for p, k in zip(points, (1, 4)):
         pdir = tmp_path / "out" / "points" / p.id
-        record(pdir, PointResult({"hit_rate": 1.0, "ragas.id_based_context_recall": 0.96 if k == 1 else 1.0,
+        record(pdir, PointResult({"retrieval.hit_rate@k": 1.0,
+                                  "ragas.id_based_context_recall": 0.96 if k == 1 else 1.0,
                                   "ragas_llm.answer_relevancy": 0.7, "ragas_llm.judge_reliable": 0.0,
                                   "regression.all-gold": float(k == 4)},
                                  info={"scored": {"regression": cases[k], "answered_questions": 8, "questions": 16,

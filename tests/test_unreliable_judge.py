@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from adiyan import sweeps as S
-from adiyan.eval import metrics as M
+from adiyan import metrics as M
 from adiyan.eval.judge import Judge, calibration_prompt
 from adiyan.eval.reliability import group_line
 from adiyan.eval.runner import run_eval, summary_lines
@@ -174,7 +174,7 @@ class OracleJudgeLLM:
 @pytest.mark.parametrize("judge_llm,reliable", [(CoinJudgeLLM, False), (OracleJudgeLLM, True)])
 def test_invoke_eval_calibrates_on_40_pairs_and_sizes_the_judged_sample(make_settings, monkeypatch, tmp_path,
                                                                         judge_llm, reliable):
-    import adiyan.eval.runner as R
+    import adiyan.eval.scorers as R  # where invoke eval's judged scorer finds its judge and pairs
     from adiyan.cache import CallCache
 
     real_pairs = R.evalset_calibration_pairs

@@ -272,10 +272,10 @@ def _host(data_dir: str, sock: str, n_readers: int, result: str) -> None:
 def _raw_read(raw, path: str, requester) -> dict:
     """What the three whole-document paths read, straight from the raw store's SQLite."""
     if path == "list":
-        rows = [r for r in raw.list(requester_id=requester) if r.source_key == KEY]
+        rows = [r for r in raw.list(requester) if r.source_key == KEY]
         return {"versions": sorted({(SHA_TO_VERSION[r.sha256], r.visibility) for r in rows}), "hidden": False,
                 "named": bool(rows)}
-    rec = raw.get(KEY, requester_id=requester)
+    rec = raw.get(KEY, requester)
     if rec is None:
         return {"versions": [], "hidden": True, "named": False}
     text = raw.read_blob(rec.text_sha256, ".md").decode() if path == "text" else raw.read_blob(rec.sha256).decode()

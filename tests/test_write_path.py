@@ -6,6 +6,7 @@ import pytest
 from adiyan.factory import open_kb, open_retriever
 from adiyan.kb import DocumentNotFound, IngestError
 from adiyan.store import open_store
+from adiyan.types import OWNER
 
 V1 = "# Tour\n\n" + "The Julian Alps Weekend costs 450 euros per person. " * 30
 V2 = "# Tour\n\n" + "The Julian Alps Weekend now costs 520 euros per person. " * 30
@@ -84,7 +85,7 @@ def test_crash_after_commit_is_repaired_on_reopen(make_settings, minilm):
     store2 = open_store(s)
     kb2 = open_kb(s, embedder=minilm, store=store2)  # repair() runs on open
     kb2.rp = open_retriever(s, kb2)  # the six read paths over this KB
-    assert kb2.count_chunks("office/tour.md") == kb2.raw.get("office/tour.md", is_owner=True).n_chunks
+    assert kb2.count_chunks("office/tour.md") == kb2.raw.get("office/tour.md", OWNER).n_chunks
     _all_paths_show(kb2, "520", "450")
     store2.close()
 
@@ -116,7 +117,7 @@ def test_batch_a_bad_file_fails_alone_and_the_rest_are_stored(kb):
     res = kb.ingest_many(items)
     assert [type(r).__name__ for r in res] == ["IngestResult", "IngestError", "IngestResult", "IngestError"]
     assert str(res[1]).startswith("empty.pdf: ") and str(res[3]).startswith("cut.pdf: ")
-    assert sorted(d["source"] for d in kb.list_documents(None, is_owner=True)) == ["office/bled.md", "office/soca.md"]
+    assert sorted(d["source"] for d in kb.list_documents(OWNER)) == ["office/bled.md", "office/soca.md"]
     assert kb.count_chunks() == res[0].n_chunks + res[2].n_chunks
     assert "S-1" in kb.get_document_text("office/soca.md", "office")
     with pytest.raises(Exception):
@@ -244,11 +245,11 @@ def test_reads_during_a_reingest_show_exactly_the_committed_version(kb, old_vis,
 
     def hook(stage):  # control flow only: read at the two moments that used to be a window
         if stage == "after_upsert":
-            assert kb.count_chunks(KEY) > kb.raw.get(KEY, is_owner=True).n_chunks  # both versions stored
+            assert kb.count_chunks(KEY) > kb.raw.get(KEY, OWNER).n_chunks  # both versions stored
             _expect(kb, "one", old_vis)
             checked.append(stage)
         elif stage == "after_commit":
-            assert kb.count_chunks(KEY) > kb.raw.get(KEY, is_owner=True).n_chunks  # old not yet deleted
+            assert kb.count_chunks(KEY) > kb.raw.get(KEY, OWNER).n_chunks  # old not yet deleted
             _expect(kb, "two", new_vis)
             checked.append(stage)
 
@@ -271,7 +272,7 @@ def test_a_delete_that_fails_after_the_commit_leaks_nothing_in_a_running_process
     with pytest.raises(InjectedFault):
         kb.ingest_text(B, "tour.md", "alice", "private")
     kb.fault_hook = None
-    rec = kb.raw.get(KEY, is_owner=True)
+    rec = kb.raw.get(KEY, OWNER)
     assert rec.visibility == "private" and kb.count_chunks(KEY) > rec.n_chunks  # the stale global chunks are there
     _expect(kb, "two", "private")
     assert kb.repair() == [KEY] and kb.count_chunks(KEY) == rec.n_chunks

@@ -82,7 +82,7 @@ class Agent:
         self.compactor = compactor
         self.decision_max_tokens = decision_max_tokens
         self.synthesis_ratio = synthesis_ratio
-        self.tools = build_tools(kb, memory, requester_id, self.requester.is_owner, retriever=self.retriever,
+        self.tools = build_tools(kb, memory, self.requester, retriever=self.retriever,
                                  read_max_chars=read_max_chars)
         self.last_steps: list[StepTrace] = []
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..types import RetrievalResult
+from ..types import Requester, RetrievalResult
 from .policy import KB_READ, KB_READ_FULL_TEXT, MEMORY_READ
 
 
@@ -43,13 +43,14 @@ class ToolFailure:
     error: str
 
 
-def build_tools(kb, memory, requester_id: str | None, is_owner: bool, *, retriever, read_max_chars: int = 4000,
+def build_tools(kb, memory, requester: Requester | str | None, *, retriever, read_max_chars: int = 4000,
                 memory_k: int = 5) -> dict[str, ToolSpec]:
     """The tool registry, every tool bound to the caller's identity (no tool takes an identity).
 
     The search tools go through ``retriever`` (the pipeline every entry point uses), so the
     agent honours every retrieval setting; the document tools read the KB under the same policy.
     """
+    who = Requester.of(requester)
 
     def resolve(source: str) -> str:
         source = (source or "").strip().strip("'\"`")
@@ -58,7 +59,7 @@ def build_tools(kb, memory, requester_id: str | None, is_owner: bool, *, retriev
         if "/" in source:
             return source
         # A bare file name: resolve it among the documents *this requester* may list.
-        matches = [d["source"] for d in kb.list_documents(requester_id, is_owner) if d.get("filename") == source]
+        matches = [d["source"] for d in kb.list_documents(who) if d.get("filename") == source]
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:
@@ -66,29 +67,29 @@ def build_tools(kb, memory, requester_id: str | None, is_owner: bool, *, retriev
         return source  # let the KB say "no document" (hidden == missing)
 
     def search_kb(query: str) -> RetrievalResult:
-        return retriever.retrieve_knowledge_base(query, requester_id, is_owner)
+        return retriever.retrieve_knowledge_base(query, who)
 
     def search_document(source: str, query: str) -> RetrievalResult:
-        return retriever.search_within_document(resolve(source), query, requester_id, is_owner)
+        return retriever.search_within_document(resolve(source), query, who)
 
     def find_document(query: str) -> dict | None:
-        return retriever.find_source_document(query, requester_id, is_owner)
+        return retriever.find_source_document(query, who)
 
     def read_document(source: str) -> DocumentText:
         src = resolve(source)
-        text = kb.get_document_text(src, requester_id, is_owner)
+        text = kb.get_document_text(src, who)
         cut = text[:read_max_chars]
         return DocumentText(src, cut, len(text) > read_max_chars, len(text))
 
     def list_documents() -> list[dict]:
-        return kb.list_documents(requester_id, is_owner)
+        return kb.list_documents(who)
 
     def search_memory(query: str):
         if memory is None:
             raise ToolError("no conversation memory is configured")
-        if not requester_id:
+        if not who.id:
             raise ToolError("memory is per requester and this requester is anonymous")
-        return list(memory.search(query, user_id=requester_id, k=memory_k))
+        return list(memory.search(query, user_id=who.id, k=memory_k))
 
     def finish(answer: str) -> str:
         return answer

@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median, pstdev
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -32,8 +32,9 @@ from tqdm.auto import tqdm
 from ..agent import Agent, AuthorizationError, DocumentText, Scratchpad, ToolFailure, compact
 from ..generation import NO_CONTEXT_ANSWER
 from ..types import RetrievalResult
-from . import metrics as M
+from .. import metrics as M
 from .harness import leaked
+from .scorers import ANSWER_SCORERS, Rows, score
 
 AGENT_TIER = "member"
 TRACES_FILE = "agent_traces.jsonl"
@@ -171,16 +172,10 @@ class AgentEvalRun:
     seconds: float
     groups_extra: dict = field(default_factory=dict)
 
-    def metric_groups(self, answer_group: Callable, ragas_group: Callable) -> dict[str, dict]:
-        """``agent_answer`` and ``agent_ragas`` through the runner's own scorers, and ``agent``."""
-        groups: dict[str, dict] = {}
-        answers = answer_group(self.rows)
-        if answers is not None:
-            groups["agent_answer"] = answers
-        groups["agent_ragas"], per_row = ragas_group(self.rows)
-        for name, values in per_row.items():
-            for r, v in zip(self.rows, values):
-                r.setdefault("ragas", {})[name] = v
+    def metric_groups(self, k: int) -> dict[str, dict]:
+        """``agent_answer`` and ``agent_ragas``: the agent's answers through the answer scorers of
+        single-shot (:data:`adiyan.eval.scorers.ANSWER_SCORERS`), and ``agent``."""
+        groups = score(ANSWER_SCORERS, Rows(self.rows), k, prefix=M.AGENT_PREFIX)
         groups["agent"] = agent_metrics(self.traces, self.max_steps, self.strict)
         return groups
 

@@ -32,7 +32,7 @@ import yaml
 
 from ..config import RetrievalConfig, read_yaml_mapping
 from ..retrieval.pipeline import UnsupportedSetting
-from . import metrics as M
+from .. import metrics as M
 from .beir import load_beir
 from .beir_runs import reference_runs
 from .ir_metrics import evaluate_run

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from jinja2 import Environment
 
-from . import metrics as M
+from .. import metrics as M
 from .ir_metrics import fisher_randomization_p, per_query
 
 SEED = 42

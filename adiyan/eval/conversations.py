@@ -15,39 +15,35 @@ facts each turn states are added after it, dated; one memory user per conversati
 - the answer (``eval.generate``) from the rewritten retrieval and the three parts: answer
   keyword recall.
 
-It writes the same files as ``invoke eval`` (metrics.json, questions.jsonl with one row per turn,
-report.html with a per-turn table, the runs index).
+It writes its run through :class:`~adiyan.eval.record.RunRecord`, as ``invoke eval`` does
+(metrics.json, questions.jsonl with one row per turn, report.html with a per-turn table, the runs index).
 """
 
 from __future__ import annotations
 
-import json
-import platform
 import shutil
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from jinja2 import Environment
 from markupsafe import Markup
 from tqdm.auto import tqdm
 
-from .. import __version__
-from ..cache import CallCache
+from ..cache import call_cache
 from ..context import answer as answer_turn
 from ..context import assemble, open_conversation_retriever
 from ..factory import describe_engines, open_llm, open_memory
 from ..generation import effective_budget
-from ..report import fmt, write_run_report
-from ..report.index import write_index
+from ..report import fmt
 from ..retrieval.pipeline import UnsupportedSetting
 from ..retrieval.transform import HISTORY_MODES
-from . import metrics as M
+from .. import metrics as M
 from .evalset import ConversationSet, load_conversation_set
 from .harness import EVAL_REQUESTER, close_index, open_index
+from .record import RunRecord
+from .scorers import CONVERSATION_SCORERS, Rows, score
 
-FOLLOW_UP_KINDS = ("pronoun", "ellipsis")
 ENTRY_POINT = "invoke eval (conversations)"
 
 
@@ -141,28 +137,6 @@ def replay(settings, cs: ConversationSet, kb, embedder, *, llm=None, rewrite_llm
     return rows
 
 
-def conversation_metrics(rows: list[dict], k: int) -> dict[str, dict]:
-    """The ``conversation`` and ``by_kind`` groups from per-turn rows."""
-    ret = [r for r in rows if r.get("hit") is not None]
-    fol = [r for r in ret if r["kind"] in FOLLOW_UP_KINDS]
-    g = {f"hit_rate_raw@{k}": M.mean_or_none([r["hit_raw"] for r in ret]),
-         f"hit_rate_rewrite@{k}": M.mean_or_none([r["hit"] for r in ret]),
-         f"mrr_raw@{k}": M.mean_or_none([r["rr_raw"] for r in ret]),
-         f"mrr_rewrite@{k}": M.mean_or_none([r["reciprocal_rank"] for r in ret]),
-         f"followup_hit_rate_raw@{k}": M.mean_or_none([r["hit_raw"] for r in fol]),
-         f"followup_hit_rate_rewrite@{k}": M.mean_or_none([r["hit"] for r in fol]),
-         "memory_precision": M.mean_or_none([r["memory_precision"] for r in rows]),
-         "memory_recall": M.mean_or_none([r["memory_recall"] for r in rows]),
-         "stale_fact_rate": M.mean_or_none([r["stale_in_context"] for r in rows]),
-         "keyword_recall": M.mean_or_none([r.get("keyword_hit") for r in rows]),
-         "history_kept_share": M.mean_or_none([s["kept"] for r in rows for s in r["history"]]),
-         "transform_failures": sum(bool(r.get("transform_failed")) for r in rows),
-         "turns": len(rows), "conversations": len({r["conversation"] for r in rows})}
-    by_kind = {f"hit_rate.{kind}": M.mean_or_none([r["hit"] for r in ret if r["kind"] == kind])
-               for kind in sorted({r["kind"] for r in ret})}
-    return {"conversation": g, "by_kind": by_kind}
-
-
 def open_scratch_memory(settings, embedder):
     """A fresh, empty mem0 memory in a temporary folder (never the configured store): the replay's
     facts must not land in a real user's memory. Returns (memory, folder to delete)."""
@@ -206,15 +180,12 @@ def run_conversations(settings, *, progress: bool = True, run_id: str | None = N
                                  "conversations are replayed single-shot with the three-part context")
     t_start = time.perf_counter()
     cs = load_conversation_set(settings.eval.evalset)
-    run_id = run_id or (datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + settings.config_hash()[:6])
-    run_dir = Path(settings.paths.reports_dir) / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(settings.to_yaml(), encoding="utf-8")
+    record = RunRecord.for_settings(settings, run_id)
     t0 = time.perf_counter()
     index = open_index(settings, str(cs.documents.root), progress=progress)  # shared with the documents' evalset
     kb, embedder = index.kb, index.kb.embedder
     timings = {"ingest_s": time.perf_counter() - t0}
-    answer_cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
+    answer_cache = call_cache(settings, "answer")
     need_llm = settings.eval.generate or settings.retrieval.query_transform == "history_llm"
     llm = open_llm(settings) if need_llm else None
     memory, scratch = open_scratch_memory(settings, embedder)
@@ -229,18 +200,16 @@ def run_conversations(settings, *, progress: bool = True, run_id: str | None = N
         memory.close()
         shutil.rmtree(scratch, ignore_errors=True)
         close_index(index)
-    groups = conversation_metrics(rows, settings.retrieval.kb_top_k)
+    groups = score(CONVERSATION_SCORERS, Rows(rows), settings.retrieval.kb_top_k)  # conversation, by_kind
     if incidents is not None:
         t0 = time.perf_counter()
-        groups["incidents"] = incidents(embedder, run_dir)
+        groups["incidents"] = incidents(embedder, record.dir)
         timings["incidents_s"] = time.perf_counter() - t0
     warnings = [{"name": "judge_not_run", "message": f"eval.judge={settings.eval.judge}: the LLM-judged metrics "
                  "are not computed on conversations; keyword recall scores the answers"}] if settings.eval.judge else []
     timings["total_s"] = time.perf_counter() - t_start
     out = {
-        "run_id": run_id, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "adiyan_version": __version__, "python": platform.python_version(),
-        "config_hash": settings.config_hash(), "config": settings.to_dict(),
+        **record.envelope(settings),
         "models": {"embedder": embedder.describe(), "llm": ({"id": llm.id} if llm else None), "judge": None},
         "dataset": {"name": cs.name, "kind": "conversations", "path": str(cs.root), "hash": cs.content_hash(),
                     "documents": str(cs.documents.root), "n_conversations": len(cs.conversations),
@@ -255,12 +224,5 @@ def run_conversations(settings, *, progress: bool = True, run_id: str | None = N
         "cache": {"embeddings": embedder.stats.as_dict(), "answers": answer_cache.stats.as_dict(),
                   "hits": embedder.stats.hits, "misses": embedder.stats.misses},
     }
-    with open(run_dir / "questions.jsonl", "w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
-    (run_dir / "metrics.json").write_text(json.dumps(out, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
-    write_run_report(run_dir)
-    _add_section(run_dir, rows, rewrite_mode(settings))
-    write_index(Path(settings.paths.reports_dir))
-    return run_dir
+    return record.finish(out, rows, section=lambda run_dir: _add_section(run_dir, rows, rewrite_mode(settings)))
 

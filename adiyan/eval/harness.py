@@ -10,8 +10,9 @@ module owns the first two halves so nothing re-implements them per entry point:
   question's requester: the top-k context, the ranking to depth 10, hit / reciprocal rank over
   gold sources, leaked private chunks, privacy probes (and whether the probe's owner retrieves
   the probed document, so a probe can fail), transformation failures, latency;
-- :func:`retrieval_metrics`: hit rate and MRR at k, nDCG / Recall / MRR / MAP at 10 (ranx), per
-  question kind, and the privacy counts, from those rows.
+- :func:`answer_rows`: each row answered from its retrieved top k (``eval.generate``);
+- :func:`retrieval_metrics`: the retrieval scorers (:mod:`adiyan.eval.scorers`) over those rows:
+  hit rate and MRR at k, nDCG / Recall / MRR / MAP at 10 (ranx), per question kind, privacy, OCR.
 """
 
 from __future__ import annotations
@@ -37,17 +38,16 @@ from tqdm.auto import tqdm
 from ..cache import embedder_identity
 from ..config import ConversationConfig, EvalConfig
 from ..factory import open_embedder, open_kb
-from ..generation import approx_tokens
+from ..generation import answer_question, approx_tokens
 from ..kb import IngestError, IngestItem
 from ..retrieval.pipeline import UnsupportedSetting, refuse_inert
 from ..types import RetrievedChunk
-from . import metrics as M
+from .. import metrics as M
 from .beir_protocol import refuse_beir_protocol
 from .evalset import Evalset, load_evalset
-from .ir_metrics import evaluate_run, per_query
+from .scorers import IR_DEPTH, RETRIEVAL_SCORERS, Rows, annotate_answer, per_question_ranking, score
 
 EVAL_REQUESTER = "eval-user"
-IR_DEPTH = 10
 
 _LOCK = threading.RLock()
 _OPEN: dict[str, "EvalIndex"] = {}
@@ -232,14 +232,14 @@ def close_index(handle: EvalIndex) -> None:
         for key, h in list(_OPEN.items()):
             if h.kb is handle.kb:
                 del _OPEN[key]
-        handle.kb.store.close()
+        handle.kb.close()
 
 
 def close_all() -> None:
     with _LOCK:
         for h in list(_OPEN.values()):
             with contextlib.suppress(Exception):
-                h.kb.store.close()
+                h.kb.close()
         _OPEN.clear()
 
 
@@ -259,7 +259,7 @@ def _build(settings, es: Evalset, es_hash: str, embedder, kdir: Path, *, progres
         optimize_s = time.perf_counter() - t_opt
         n_chunks = kb.count_chunks()
     finally:
-        kb.store.close()
+        kb.close()
     ok = [r for r in results if not isinstance(r, IngestError)]
     failed = [{"file": it.filename, "reason": str(r)} for it, r in zip(items, results) if isinstance(r, IngestError)]
     failed += [{"file": m.source, "reason": str(m)} for r in ok for m in r.members if isinstance(m, IngestError)]
@@ -299,10 +299,9 @@ def leaked(chunks: list[RetrievedChunk], requester: str | None) -> list[str]:
 
 
 @dataclass
-class QuestionRows:
-    rows: list[dict]
-    run: dict[str, dict[str, float]] = field(default_factory=dict)  # source rankings (rank_depth deep) of answerable questions
-    qrels: dict[str, dict[str, int]] = field(default_factory=dict)
+class QuestionRows(Rows):
+    """What the scorers read (rows, source rankings, qrels), plus each question's retrieval result."""
+
     results: dict[str, Any] = field(default_factory=dict)  # question id -> RetrievalResult
     retrieve_s: float = 0.0
 
@@ -373,37 +372,23 @@ def question_rows(index: EvalIndex, retriever, *, progress: bool = False, desc: 
 
 
 def retrieval_metrics(qr: QuestionRows, k: int) -> dict[str, dict]:
-    """The retrieval, by_kind and privacy metric groups of ``invoke eval`` from question rows."""
-    rows = qr.rows
-    answerable = [r for r in rows if r["hit"] is not None]
-    groups: dict[str, dict] = {"retrieval": {
-        f"hit_rate@{k}": M.mean_or_none([r["hit"] for r in answerable]),
-        f"mrr@{k}": M.mean_or_none([r["reciprocal_rank"] for r in answerable]),
-    }}
-    if qr.qrels:
-        ir = evaluate_run(qr.qrels, qr.run, [f"ndcg@{IR_DEPTH}", f"recall@{IR_DEPTH}", f"mrr@{IR_DEPTH}",
-                                             f"map@{IR_DEPTH}"])
-        groups["retrieval"].update({m: round(v, 6) for m, v in ir.items()})
-    failures = sum(1 for r in rows if r.get("transform_failed"))
-    if failures or any(r.get("queries") for r in rows):
-        groups["retrieval"]["transform_failures"] = failures
-    groups["by_kind"] = {f"hit_rate.{kind}": M.mean_or_none([r["hit"] for r in answerable if r["kind"] == kind])
-                         for kind in sorted({r["kind"] for r in answerable})}
-    probes = [r for r in rows if r["probe_private"]]
-    groups["privacy"] = {"private_chunks_leaked": sum(len(r["leaked_private"]) for r in rows),
-                         "probe_questions": len(probes),
-                         "probes_leaked": sum(bool(r["probe_leaked"]) for r in probes)}
-    if probes:
-        groups["privacy"]["probes_owner_retrieved"] = M.mean_or_none([r["probe_owner_retrieved"] for r in probes])
-    ocr = [r for r in answerable if r["needs_ocr"]]
-    if ocr:
-        groups["ocr"] = {"hit_rate": M.mean_or_none([r["hit"] for r in ocr]), "questions": len(ocr)}
-    return groups
+    """The retrieval, by_kind, privacy and ocr groups of ``invoke eval``: the retrieval scorers
+    (:data:`adiyan.eval.scorers.RETRIEVAL_SCORERS`) composed over the rows."""
+    return score(RETRIEVAL_SCORERS, qr, k)
 
 
 def per_question_ir(qr: QuestionRows) -> dict[str, dict[str, float]]:
-    """{metric: {question id: value}} for nDCG@10 and Recall@10 (for significance tests)."""
-    if not qr.qrels:
-        return {}
-    return {f"ndcg@{IR_DEPTH}": per_query(qr.qrels, qr.run, f"ndcg@{IR_DEPTH}"),
-            f"recall@{IR_DEPTH}": per_query(qr.qrels, qr.run, f"recall@{IR_DEPTH}")}
+    """{metric: {question id: value}} of the retrieval scorer's per-question ranking metrics
+    (nDCG@10 and Recall@10, for significance tests)."""
+    return per_question_ranking(qr)
+
+
+def answer_rows(rows, results, settings, llm, cache, progress: bool = False) -> float:
+    """Answer every row's question from its retrieved top k (``results``: question id ->
+    RetrievalResult) with ``llm`` (None: no answers); the rows gain their answer fields
+    (:func:`adiyan.eval.scorers.annotate_answer`). Seconds spent."""
+    t0 = time.perf_counter()
+    for r in tqdm(rows, desc="answer", unit="q", disable=not progress or llm is None):
+        answer = answer_question(llm, r["question"], results[r["id"]].chunks, settings, cache=cache) if llm else None
+        annotate_answer(r, answer.text if answer else None, answer.used if answer else None)
+    return time.perf_counter() - t0

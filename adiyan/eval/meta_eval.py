@@ -34,7 +34,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import yaml
 
-from . import metrics as M
+from .. import metrics as M
 from .meta_eval_method import (ASPECTS, MetaInstance, bootstrap_indices, human_agreement,  # noqa: F401
                                metric_row, same_scores)
 from .meta_eval_scores import CONTEXT_FREE, judged_part, not_applicable_rows, offline_rows
@@ -237,20 +237,13 @@ def _jsonable(v):
 
 # ---------------------------------------------------------------- the registry's side table
 
-# registry groups in which each measured metric is the same computation as here
-REGISTRY_GROUPS = {
-    "rouge_score": ["ragas", "agent_ragas", "sweep"], "non_llm_string_similarity": ["ragas", "agent_ragas", "sweep"],
-    "exact_match": ["ragas", "agent_ragas", "sweep"], "bleu_score": ["ragas", "agent_ragas", "sweep"],
-    "keyword_recall": ["answer", "agent_answer", "conversation", "sweep"],
-}
-
-
 def human_correlation_table(result: Mapping) -> dict:
-    """What ``adiyan/eval/human_correlation.yaml`` holds: per registry metric its row (or why it is
+    """What ``adiyan/human_correlation.yaml`` holds: per registry metric its row (or why it is
     not measured), with the data's hashes and the bootstrap settings. Deterministic (no dates)."""
     metrics = {}
     for row in result["rows"]:
-        groups = row.get("registry_groups") or REGISTRY_GROUPS.get(row["metric"])
+        # the registry groups in which the measured metric is the same computation as here
+        groups = row.get("registry_groups") or M.groups_declaring(row["metric"])
         if not groups:
             continue  # a meta-eval-only row (embedding similarity, diagnostics)
         entry = {"groups": list(groups), "status": row["status"], "kind": row["kind"]}

@@ -28,11 +28,11 @@ from typing import Mapping, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from pathlib import Path
 
-from ..cache import CallCache
+from ..cache import call_cache
 from ..models import embedder_from_settings
-from . import metrics as M
+from .. import metrics as M
+from ..types import OWNER
 from .harness import close_index, open_index
 from .judge import (PreferencePair, calibrate_preferences, calibrate_reusing, evalset_calibration_pairs,
                     judge_from_settings)
@@ -136,6 +136,7 @@ def offline_rows(instances: Sequence[MetaInstance], labels: Mapping[str, np.ndar
     add("keyword_recall", [float(M.keyword_hit(a, k)) for a, k in zip(resps, kws)], "offline",
         "the workbench's keyword hit (every keyword in the response) over keywords derived from the ground "
         "truth's content words (this set has no authored keywords)")
+    add("chrf_score", per_row["chrf_score"], "offline", "sacreBLEU chrF of the whole response against the ground truth")
     if not extras:
         bar.close()
         return out
@@ -183,14 +184,14 @@ def _authored_calibration(settings, judge, progress):
     index = open_index(settings, progress=progress)
     try:
         failed = {f["file"] for f in index.ingest_failures}
-        doc_texts = {d.source_key: index.kb.get_document_text(d.source_key, None, is_owner=True)
+        doc_texts = {d.source_key: index.kb.get_document_text(d.source_key, OWNER)
                      for d in index.evalset.documents if d.filename not in failed}
         evalset = index.evalset
     finally:
         close_index(index)
     pairs = evalset_calibration_pairs(evalset, seed=settings.seed, n_pairs=settings.eval.judge_calibration_pairs,
                                       doc_texts=doc_texts)
-    store = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "calibration") \
+    store = call_cache(settings, "calibration") \
         if settings.eval.judge_calibration_reuse else None
     return calibrate_reusing(judge, pairs, store, reliable_threshold=settings.eval.judge_reliable_agreement,
                              progress=progress, stop_when_unreachable=settings.eval.judge_calibration_early_stop)

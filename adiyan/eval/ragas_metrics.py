@@ -25,6 +25,8 @@ Wiring (verified against the installed ragas 0.4.3 source):
   sacreBLEU zips hypotheses with streams, so only the response's *first* sentence is scored
   (against every reference sentence as alternatives) and the rest is ignored
   (tests/test_meta_eval.py shows it). The one-segment form scores the whole answer.
+- chrF (``chrf_score``): :func:`chrf_score`, sacreBLEU's ``sentence_chrf(response, [reference])
+  / 100`` (character 6-grams, beta 2: chrF2, no word n-grams).
 - LLM-judged, from ``ragas.metrics.collections``: ``Faithfulness``, ``AnswerRelevancy`` (the
   0.4 name of response relevancy), ``ContextPrecisionWithReference``, ``ContextRecall`` and
   ``NoiseSensitivity``. Collections metrics accept only an ``InstructorBaseRagasLLM``
@@ -73,8 +75,6 @@ if TYPE_CHECKING:  # annotations only: ragas itself is imported on first use (_r
     from ragas.dataset_schema import EvaluationDataset
     from ragas.metrics.collections import DistanceMeasure
 
-NON_LLM_METRICS = ("id_based_context_precision", "id_based_context_recall", "non_llm_string_similarity",
-                   "rouge_score", "exact_match", "bleu_score")
 LLM_METRICS = ("faithfulness", "answer_relevancy", "llm_context_precision", "llm_context_recall",
                "noise_sensitivity")
 ALIASES = {"response_relevancy": "answer_relevancy", "context_precision": "llm_context_precision",
@@ -293,9 +293,21 @@ def bleu_score(reference: str, response: str) -> float:
     return min(1.0, float(sacrebleu.corpus_bleu([response], [[reference]]).score) / 100.0)
 
 
+def chrf_score(reference: str, response: str) -> float:
+    """chrF of the response against the reference, in [0, 1] (sacreBLEU's ``sentence_chrf`` / 100:
+    character 1- to 6-grams with whitespace removed, recall weighted twice as much as precision,
+    beta 2; orders that neither text reaches are left out). Unlike BLEU, a short answer still
+    scores by the character n-grams it shares with the reference."""
+    return min(1.0, float(sacrebleu.sentence_chrf(response, [reference]).score) / 100.0)
+
+
+# answer-against-reference scores computed by sacreBLEU, not ragas: name -> f(reference, response)
+SACREBLEU_METRICS = {"bleu_score": bleu_score, "chrf_score": chrf_score}
+
+
 def score_non_llm(rows: Sequence[Mapping | EvalRow], *, id_field: str = "source", rouge_type: str = "rougeL",
                   distance: DistanceMeasure | None = None) -> dict[str, list[float | None]]:
-    """Per-row values of the non-LLM metrics, computed by ragas (BLEU by sacreBLEU). ``None`` = undefined for that
+    """Per-row values of the non-LLM metrics, computed by ragas (BLEU and chrF by sacreBLEU). ``None`` = undefined for that
     row: no answer or no reference (string metrics), nothing retrieved (precision), no
     reference ids (recall)."""
     norm = [normalize_row(r, i, id_field=id_field) for i, r in enumerate(rows)]
@@ -303,7 +315,7 @@ def score_non_llm(rows: Sequence[Mapping | EvalRow], *, id_field: str = "source"
     sample = _ragas().SingleTurnSample
 
     async def go():
-        out: dict[str, list[float | None]] = {name: [] for name in (*metrics, "bleu_score")}
+        out: dict[str, list[float | None]] = {name: [] for name in (*metrics, *SACREBLEU_METRICS)}
         for r in norm:
             ids = sample(retrieved_context_ids=r.retrieved_ids, reference_context_ids=r.reference_ids)
             out["id_based_context_precision"].append(
@@ -318,8 +330,8 @@ def score_non_llm(rows: Sequence[Mapping | EvalRow], *, id_field: str = "source"
                 else:
                     res = await metrics[name].ascore(reference=r.reference, response=r.answer)
                     out[name].append(_finite(res.value))
-            out["bleu_score"].append(None if r.answer is None or r.reference is None
-                                     else _finite(bleu_score(r.reference, r.answer)))
+            for name, fn in SACREBLEU_METRICS.items():
+                out[name].append(None if r.answer is None or r.reference is None else _finite(fn(r.reference, r.answer)))
         return out
 
     return _run(go())

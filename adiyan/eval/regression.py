@@ -57,3 +57,17 @@ def check(metrics: dict, embedder_id: str, evalset: str, cases: list[dict] | Non
                                     and value < entry["floor"] else f"{value:.4g} above max {entry.get('max')}")
             out.append(RegressionResult(**base, status="pass" if ok else "fail", reason=reason))
     return out
+
+
+def regression_group(results: list[RegressionResult]) -> dict[str, float | None]:
+    """The ``regression`` metric group: per case 1.0 pass, 0.0 fail, None not checked."""
+    return {r.id: (None if r.status == "not_checked" else float(r.status == "pass")) for r in results}
+
+
+def mark_not_replayed(results: list[RegressionResult], why: str) -> list[RegressionResult]:
+    """Cases on an incident metric that were not checked because the job replays no incidents
+    say so (``why``) instead of "the run did not produce this metric"."""
+    for res in results:
+        if res.status == "not_checked" and res.metric.startswith("incidents."):
+            res.reason = why
+    return results

@@ -19,40 +19,32 @@ dataset hash) beside the metrics, the per-question table and the HTML report. Sc
 from __future__ import annotations
 
 import json
-import platform
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
-from .. import __version__
-from ..cache import CallCache
-from ..report import write_run_report
-from ..report.index import write_index
+from ..cache import call_cache
 from ..factory import describe_engines, open_llm, open_retriever, score_floor
 from ..models.structured import describe_structured
 from ..retrieval.floor import floor_decision
-from ..generation import answer_question, effective_budget
-from . import metrics as M
+from ..generation import effective_budget
+from ..types import OWNER
 from .agent_eval import run_agent_eval
 from .conversations import run_conversations
 from .evalset import is_conversation_set
 from .locomo.data import is_locomo_file
 from .locomo.run import run_locomo
 from .locomo.run import summary_lines as locomo_summary_lines
-from .arrow import write_per_question
 from .beir_protocol import beir_report, refuse_beir_protocol
-from .harness import (EVAL_REQUESTER, IR_DEPTH, close_index, open_index, question_rows,  # noqa: F401
-                      refuse_conversation_settings, retrieval_metrics)
+from .harness import answer_rows, close_index, open_index, question_rows, refuse_conversation_settings
 from .incidents import as_dict as incident_dict
 from .incidents import incident_metrics, replay_all
 from .ir_metrics import backend as ir_backend
 from .floors import floor_effect
-from .judge import calibrate_reusing, evalset_calibration_pairs, judge_from_settings
-from .ragas_metrics import score_llm, score_non_llm, summarize
 from .reliability import group_line, judged_group, warning_lines, warnings_for
-from .regression import check
+from .record import RunRecord
+from .regression import check, regression_group
+from .scorers import ANSWER, RETRIEVAL_SCORERS, STRINGS, score
+from .scorers import judged as judged_scores
 
 
 class RegressionFailed(RuntimeError):
@@ -63,77 +55,6 @@ class RegressionFailed(RuntimeError):
         self.failures = failures
         super().__init__("regression case(s) below their floor: " +
                          "; ".join(f"{f.id}: {f.reason}" for f in failures))
-
-
-def new_run_id(settings) -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + settings.config_hash()[:6]
-
-
-def _answer(rows, results, settings, llm, answer_cache, progress) -> float:
-    """Answer every question from its retrieved top k (the rows gain answer fields); seconds spent."""
-    t0 = time.perf_counter()
-    for r in tqdm(rows, desc="answer", unit="q", disable=not progress or llm is None):
-        answer = answer_question(llm, r["question"], results[r["id"]].chunks, settings, cache=answer_cache) \
-            if llm else None
-        answerable = r["hit"] is not None
-        r.update({
-            "answer": answer.text if answer else None,
-            "answer_used": answer.used if answer else None,
-            "keyword_hit": M.keyword_hit(answer.text, r["answer_keywords"]) if answer and answerable else None,
-            "abstained": M.abstained(answer.text) if answer else None,
-        })
-    return time.perf_counter() - t0
-
-
-def _answer_group(rows) -> dict | None:
-    if not any(r.get("answer") is not None for r in rows):
-        return None
-    answerable = [r for r in rows if r["hit"] is not None]
-    unanswerable = [r for r in rows if r["hit"] is None]
-    return {"keyword_recall": M.mean_or_none([r["keyword_hit"] for r in answerable]),
-            "abstain_rate_unanswerable": M.mean_or_none([r["abstained"] for r in unanswerable]),
-            "abstain_rate_answerable": M.mean_or_none([r["abstained"] for r in answerable])}
-
-
-def _ragas_non_llm(rows) -> tuple[dict, dict]:
-    ragas_rows = [{"id": r["id"], "question": r["question"], "answer": r["answer"], "retrieved": r["retrieved"],
-                   "gold_answer": r["gold_answer"] if r["hit"] is not None else None,
-                   "gold_sources": r["gold_sources"]} for r in rows]
-    per_row = score_non_llm(ragas_rows, id_field="source")
-    summary = summarize(per_row)
-    return {name: s["mean"] for name, s in summary.items()}, per_row
-
-
-def _ragas_llm(settings, es, rows, embedder, progress, doc_texts) -> dict | None:
-    """LLM-judged metrics on a sample, beside the judge's calibration on labelled pairs
-    (``eval.judge_calibration_pairs``, four labels over every question kind). The sample is
-    ``eval.judge_sample`` questions when the judge is reliable, ``eval.judge_sample_unreliable``
-    when it is not (its metrics are shown struck: they only check the wiring)."""
-    judge = judge_from_settings(settings)
-    if judge is None:
-        return None
-    answerable = [r for r in rows if r["hit"] is not None and r["retrieved"]]
-    t0 = time.perf_counter()
-    # contexts from the gold documents, so a "correct" pair is really supported
-    pairs = evalset_calibration_pairs(es, seed=settings.seed, n_pairs=settings.eval.judge_calibration_pairs,
-                                      doc_texts=doc_texts)
-    store = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "calibration") \
-        if settings.eval.judge_calibration_reuse else None
-    cal = calibrate_reusing(judge, pairs, store, reliable_threshold=settings.eval.judge_reliable_agreement,
-                            progress=progress, stop_when_unreachable=settings.eval.judge_calibration_early_stop)
-    calibration_s = time.perf_counter() - t0
-    ev = settings.eval
-    sample = ev.judge_sample if cal.reliable or ev.judge_sample_unreliable is None else ev.judge_sample_unreliable
-    ragas_rows = [{"id": r["id"], "question": r["question"], "answer": r["answer"], "retrieved": r["retrieved"],
-                   "gold_answer": r["gold_answer"], "gold_sources": r["gold_sources"]} for r in answerable]
-    t0 = time.perf_counter()
-    per_row, summary = score_llm(ragas_rows, judge, embedder, settings.eval.judge_metrics or None,
-                                 sample=sample, seed=settings.seed, calibration=cal, progress=progress)
-    return {"calibration": cal.as_dict(), "summary": summary, "per_row": per_row,
-            "judge_stats": judge.stats.as_dict() if hasattr(judge.stats, "as_dict") else vars(judge.stats),
-            "failures": [f._asdict() for f in judge.failures],
-            "judge": judge.describe(),  # issue 25: its "structured" mechanism (none: free text parsed)
-            "timings": {"judge_calibration_s": calibration_s, "judge_metrics_s": time.perf_counter() - t0}}
 
 
 def _incident_groups(settings, embedder, run_dir: Path) -> dict:
@@ -154,14 +75,12 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
             (lambda emb, run_dir: _incident_groups(settings, emb, run_dir)) if replay_incidents else None))
     refuse_conversation_settings(settings, "invoke eval")
     t_start = time.perf_counter()
-    run_id = run_id or new_run_id(settings)
-    run_dir = Path(settings.paths.reports_dir) / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(settings.to_yaml(), encoding="utf-8")
+    record = RunRecord.for_settings(settings, run_id)
+    run_dir = record.dir
     t0 = time.perf_counter()
     index = open_index(settings, progress=progress)
     es, ds_hash, kb, embedder = index.evalset, index.evalset_hash, index.kb, index.kb.embedder
-    answer_cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
+    answer_cache = call_cache(settings, "answer")
     try:
         timings = {"ingest_s": time.perf_counter() - t0}
         agent_mode = settings.eval.mode == "agent"  # issue 14: the agent over the same questions (agent_eval.py)
@@ -172,40 +91,36 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         qr = question_rows(index, retriever, progress=progress, desc="retrieve")
         rows = qr.rows
         timings["retrieve_s"] = qr.retrieve_s
-        timings["generate_s"] = _answer(rows, qr.results, settings, llm if settings.eval.generate else None,
-                                        answer_cache, progress)
+        timings["generate_s"] = answer_rows(rows, qr.results, settings, llm if settings.eval.generate else None,
+                                            answer_cache, progress)
         agent_run = run_agent_eval(settings, index, retriever, llm, qr, progress=progress) if agent_mode else None
         n_chunks = kb.count_chunks()
         floor = floor_decision(settings.retrieval, embedder.id)  # what the floor removes on this set
         floor_metrics, floor_details = floor_effect(retriever, es, floor, settings.retrieval.kb_top_k,
                                                     scored_hash=ds_hash)
-        doc_texts = {d.source_key: kb.get_document_text(d.source_key, None, is_owner=True) for d in es.documents
+        doc_texts = {d.source_key: kb.get_document_text(d.source_key, OWNER) for d in es.documents
                      if d.filename not in {f["file"] for f in index.ingest_failures}}
     finally:
         close_index(index)
-    groups = retrieval_metrics(qr, settings.retrieval.kb_top_k)
+    k = settings.retrieval.kb_top_k
+    groups = score(RETRIEVAL_SCORERS, qr, k)
     beir_detail = None
     if es.beir:  # a BEIR folder: graded nDCG@10 / Recall@100 as BEIR reports them, beside the published figures
         t0 = time.perf_counter()
         groups["beir"], beir_detail = beir_report(settings, es, qr.qrels, qr.run, embedder=embedder, progress=progress)
         timings["beir_s"] = time.perf_counter() - t0
-    answers = _answer_group(rows)
-    if answers is not None:
-        groups["answer"] = answers
+    groups.update(score([ANSWER], qr, k))
     if index.ingest_failures:
         groups["dataset"] = {"ingest_failed": len(index.ingest_failures)}
     t0 = time.perf_counter()
-    groups["ragas"], ragas_rows = _ragas_non_llm(rows)
-    for name, values in ragas_rows.items():
-        for r, v in zip(rows, values):
-            r.setdefault("ragas", {})[name] = v
+    groups.update(score([STRINGS], qr, k))
     groups["floor"] = floor_metrics
-    if agent_run is not None:  # scored by this module's own answer and RAGAS scorers, beside single-shot
-        groups.update(agent_run.metric_groups(_answer_group, _ragas_non_llm))
+    if agent_run is not None:  # the agent's answers through the same answer scorers, beside single-shot
+        groups.update(agent_run.metric_groups(k))
         agent_run.annotate(rows)
         agent_run.write(run_dir)
         timings["agent_s"] = agent_run.seconds
-    judged = _ragas_llm(settings, es, rows, embedder, progress, doc_texts)
+    judged = judged_scores(settings, es, rows, embedder, progress, doc_texts)
     if judged is not None:
         groups["ragas_llm"] = judged_group(judged)
         timings.update(judged["timings"])
@@ -216,15 +131,10 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         groups["incidents"] = _incident_groups(settings, embedder, run_dir)
         timings["incidents_s"] = time.perf_counter() - t0
     regression = check(groups, embedder.id, es.name)
-    groups["regression"] = {r.id: (None if r.status == "not_checked" else float(r.status == "pass")) for r in regression}
+    groups["regression"] = regression_group(regression)
     timings["total_s"] = time.perf_counter() - t_start
     out = {
-        "run_id": run_id,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "adiyan_version": __version__,
-        "python": platform.python_version(),
-        "config_hash": settings.config_hash(),
-        "config": settings.to_dict(),
+        **record.envelope(settings),
         "models": {"embedder": {**embedder.describe(), "score_floor": score_floor(settings, embedder.id)},
                    "llm": ({"id": llm.id, "context_size": llm.context_size,
                             "kind": "generative" if getattr(llm, "generative", True) else "extractive",
@@ -252,13 +162,7 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         "cache": {"embeddings": embedder.stats.as_dict(), "answers": answer_cache.stats.as_dict(),
                   "hits": embedder.stats.hits, "misses": embedder.stats.misses},
     }
-    with open(run_dir / "questions.jsonl", "w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    write_per_question(rows, run_dir / "per_question.parquet")  # the same rows, flat columns (pandas / datasets)
-    (run_dir / "metrics.json").write_text(json.dumps(out, indent=2, ensure_ascii=False), encoding="utf-8")
-    write_run_report(run_dir)
-    write_index(Path(settings.paths.reports_dir))
+    record.finish(out, rows, parquet=True)  # questions, per_question.parquet, metrics.json, report, index
     failures = [r for r in regression if r.status == "fail"]
     if failures:
         raise RegressionFailed(run_dir, failures)

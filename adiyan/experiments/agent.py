@@ -18,18 +18,15 @@ from ..eval.agent_eval import TRACES_FILE
 from ..eval.runner import run_eval
 from .common import PointResult
 
-# what a sweep point records (group "sweep" of the registry): metrics.json's (group, name) -> name
-POINT_METRICS = {("answer", "keyword_recall"): "keyword_recall",
-                 ("answer", "abstain_rate_answerable"): "abstain_rate_answerable",
-                 ("answer", "abstain_rate_unanswerable"): "abstain_rate_unanswerable",
-                 ("agent_answer", "keyword_recall"): "agent_keyword_recall",
-                 ("agent_answer", "abstain_rate_answerable"): "agent_abstain_rate_answerable",
-                 ("agent_answer", "abstain_rate_unanswerable"): "agent_abstain_rate_unanswerable",
-                 **{("agent", k): f"agent_{k}" for k in (
+# what a sweep point records: these (group, name) of the run's metrics.json, as group.name columns
+POINT_METRICS = (("answer", "keyword_recall"), ("answer", "abstain_rate_answerable"),
+                 ("answer", "abstain_rate_unanswerable"), ("agent_answer", "keyword_recall"),
+                 ("agent_answer", "abstain_rate_answerable"), ("agent_answer", "abstain_rate_unanswerable"),
+                 *(("agent", k) for k in (
                      "steps_mean", "cap_hit_rate", "scratchpad_trims", "grounded_answer_rate", "decision_parse_rate",
                      "refusals", "private_observed", "repeat_agreement", "latency_p50_s", "latency_p95_s",
-                     "latency_std_s_mean", "latency_range_s_max")},
-                 ("timings", "generate_s"): "generate_s", ("timings", "agent_s"): "agent_s"}
+                     "latency_std_s_mean", "latency_range_s_max")),
+                 ("timings", "generate_s"), ("timings", "agent_s"))
 
 PAIRS = (("answer", "agent_answer"), ("ragas", "agent_ragas"))
 
@@ -82,12 +79,11 @@ def per_question(run_dir: Path) -> list[dict]:
 
 
 def point_result(run_dir: Path) -> PointResult:
-    """The run as a sweep point: single-shot and agent metrics side by side (registered names),
+    """The run as a sweep point: single-shot and agent metrics side by side (the run's names),
     per question the keyword hit of each, the agent's steps and its median latency."""
     m = load(run_dir)
     groups = {**m["metrics"], "timings": m.get("timings") or {}}
-    metrics = {name: groups.get(g, {}).get(k) for (g, k), name in POINT_METRICS.items()
-               if groups.get(g, {}).get(k) is not None}
+    metrics = {f"{g}.{k}": groups.get(g, {}).get(k) for g, k in POINT_METRICS if groups.get(g, {}).get(k) is not None}
     pq = []
     for r in per_question(run_dir):
         row = {"qid": r["qid"], "kind": r["kind"], "agent_steps": r["agent_steps"],

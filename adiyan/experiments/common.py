@@ -3,9 +3,12 @@
 A notebook computes a :class:`PointResult` with an experiment of this package and ends with
 ``record(output_dir, result)``, which writes ``output_dir/point.json`` for the sweep runner
 (a no-op when the notebook is run by hand, ``output_dir`` None). Every metric and every
-numeric per-question score must be declared in the metric registry
-(:mod:`adiyan.eval.metrics`, group ``sweep``): the sweep pages read its direction from there,
-so an undeclared name is an error here, in the notebook, rather than a guess later.
+numeric per-question score must be declared in the metric registry (:mod:`adiyan.metrics`): a
+name ``group.name`` whose group is a run's metrics.json group is that run metric
+(``retrieval.ndcg@10``, ``ragas.rouge_score``: a point reuses the run's names, never a renamed
+copy), any other name is an experiment's own (group ``sweep``). The sweep pages read its
+direction from there, so an undeclared name is an error here, in the notebook, rather than a
+guess later.
 """
 
 from __future__ import annotations
@@ -20,13 +23,16 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..eval import metrics as M
+from .. import metrics as M
 
 POINT_FILE = "point.json"
 METRIC_GROUP = "sweep"  # the registry group of every experiment metric and per-question score
-# A point's metric named ``group.name`` with one of these groups is that run metric (scored like
-# ``invoke eval``: adiyan.experiments.scoring): ``ragas.rouge_score`` is ragas/rouge_score.
-RUN_GROUPS = ("ragas", "ragas_llm", "regression", "answer")
+# A point's metric or per-question score named ``group.name`` with one of these groups is that run
+# metric: ``ragas.rouge_score`` is ragas/rouge_score, ``retrieval.hit_rate@k`` retrieval/hit_rate@{k}.
+RUN_GROUPS = tuple(sorted({m.group for m in M.REGISTRY} - {METRIC_GROUP}))
+# Bumped when point names change: part of every point's fingerprint, so a sweep re-runs points
+# recorded under older names instead of gathering them (2: run names instead of renamed copies).
+POINT_FORMAT = 2
 
 
 def project_root() -> Path:
@@ -97,7 +103,7 @@ def registry_key(name: str) -> tuple[str, str]:
 def unregistered(metrics: Mapping[str, Any], per_question: Sequence[Mapping] = ()) -> list[str]:
     """Metric names and numeric per-question score names the registry does not declare."""
     names = [registry_key(n) for n in metrics]
-    names += [(METRIC_GROUP, k) for r in per_question for k, v in r.items() if k != "qid" and is_score(v)]
+    names += [registry_key(k) for r in per_question for k, v in r.items() if k != "qid" and is_score(v)]
     out = []
     for group, name in dict.fromkeys(names):
         try:
@@ -131,7 +137,7 @@ def record(output_dir: str | os.PathLike | None, result: PointResult | Mapping[s
     if missing:
         raise M.UnregisteredMetric(f"metric(s) {', '.join(missing)} not registered in group {METRIC_GROUP!r} (or the "
                                    "group before the dot) of "
-                                   "adiyan.eval.metrics.REGISTRY: declare each (direction, range) before recording it")
+                                   "adiyan.metrics.REGISTRY: declare each (direction, range) before recording it")
     if output_dir is None:
         return None
     out = Path(output_dir)

@@ -9,13 +9,14 @@ prompt cost generation time.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 
-from ..cache import CallCache
-from ..eval import metrics as M
+from ..cache import call_cache
+from .. import metrics as M
 from ..eval.harness import open_index, question_rows, refuse_conversation_settings
+from ..eval.scorers import ANSWER, Rows, annotate_answer, point_columns
+from ..eval.scorers import score as compose  # evaluate_context's flag "score" would shadow the name
 from ..factory import open_llm, open_retriever
 from ..generation import answer_question
 from .common import PointResult, mean
@@ -24,7 +25,8 @@ from .scoring import merge, score_rows
 
 def evaluate_context(settings, evalset=None, *, progress: bool = False, score: bool = False,
                      answer_questions: int | None = None, regression_cases=None) -> PointResult:
-    """Answers under ``generation.context_budget_tokens``: keyword recall, abstention, tokens used.
+    """Answers under ``generation.context_budget_tokens``: keyword recall and abstention (the answer
+    scorer's ``answer.*`` columns), tokens used.
 
     Retrieves ``retrieval.kb_top_k`` chunks per question with every ``retrieval.*`` setting
     (index from :func:`adiyan.eval.harness.open_index`), assembles the context under the
@@ -36,7 +38,7 @@ def evaluate_context(settings, evalset=None, *, progress: bool = False, score: b
     llm = open_llm(settings)
     retriever = open_retriever(settings, index.kb, llm)
     qr = question_rows(index, retriever, progress=progress)
-    cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
+    cache = call_cache(settings, "answer")
     questions = {q.id: q for q in index.evalset.questions}
     rows, gen = [], []
     for r in qr.rows:
@@ -52,15 +54,14 @@ def evaluate_context(settings, evalset=None, *, progress: bool = False, score: b
             row["gold_in_context"] = float(any(u["source"] in q.gold_sources for u in ans.used))
         rows.append(row)
     ans_rows = [r for r in rows if "keyword_hit" in r]
-    una = [r for r in rows if "keyword_hit" not in r]
-    metrics = {"keyword_recall": mean(r["keyword_hit"] for r in ans_rows),
-               "gold_in_context": mean(r["gold_in_context"] for r in ans_rows),
-               "abstain_rate_answerable": mean(r["abstained"] for r in ans_rows),
-               "abstain_rate_unanswerable": mean(r["abstained"] for r in una),
-               "context_tokens": mean(r["context_tokens"] for r in rows),
-               "truncated_share": mean(r["truncated"] for r in rows),
-               "generate_s": float(np.mean(gen)), "answer_cache_hits": float(cache.stats.hits),
-               "answer_cache_misses": float(cache.stats.misses)}
+    answered = [annotate_answer(dict(r), a["answer"]) for r, a in zip(qr.rows, rows)]
+    top_k = settings.retrieval.kb_top_k
+    metrics = point_columns(compose([ANSWER], Rows(answered), top_k), top_k)  # answer.keyword_recall, answer.abstain_rate_*
+    metrics.update({"gold_in_context": mean(r["gold_in_context"] for r in ans_rows),
+                    "context_tokens": mean(r["context_tokens"] for r in rows),
+                    "truncated_share": mean(r["truncated"] for r in rows),
+                    "generate_s": float(np.mean(gen)), "answer_cache_hits": float(cache.stats.hits),
+                    "answer_cache_misses": float(cache.stats.misses)})
     info = {"llm": llm.id, "budget": settings.generation.context_budget_tokens, "k": settings.retrieval.kb_top_k,
             "evalset": index.evalset.name, "retrieval": retriever.describe()}
     res = PointResult(metrics, [{k: v for k, v in r.items() if k != "answer"} for r in rows],

@@ -16,16 +16,20 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ..eval.conversations import conversation_metrics, open_scratch_memory, replay, rewrite_mode
+from ..eval.conversations import open_scratch_memory, replay, rewrite_mode
 from ..eval.beir_protocol import refuse_beir_protocol
 from ..eval.evalset import is_conversation_set, load_conversation_set
 from ..eval.harness import open_index
+from ..eval.scorers import CONVERSATION, Rows, point_columns, score
 from ..factory import open_llm
 from .common import PointResult
 
 CONVERSATIONS = Path(__file__).resolve().parents[2] / "evalsets" / "conversations"
-PER_TURN = ("hit", "hit_raw", "reciprocal_rank", "rr_raw", "memory_precision", "memory_recall", "stale_in_context",
-            "history_kept", "history_dropped", "keyword_hit")
+# per turn, under the questions.jsonl names; memory precision / recall as the run's conversation.* metrics
+PER_TURN = {"hit": "hit", "hit_raw": "hit_raw", "reciprocal_rank": "reciprocal_rank", "rr_raw": "rr_raw",
+            "memory_precision": "conversation.memory_precision", "memory_recall": "conversation.memory_recall",
+            "stale_in_context": "stale_in_context", "history_kept": "history_kept", "history_dropped": "history_dropped",
+            "keyword_hit": "keyword_hit"}
 
 
 def conversation_set(settings):
@@ -35,7 +39,8 @@ def conversation_set(settings):
 
 
 def evaluate_conversations(settings, *, progress: bool = False) -> PointResult:
-    """Per-turn replay of the conversation set under ``settings``; metrics named as in the sweep group."""
+    """Per-turn replay of the conversation set under ``settings``; metrics under the run's names
+    (``conversation.hit_rate_rewrite@k``: the conversation scorer of ``invoke eval``)."""
     refuse_beir_protocol(settings, "the conversations experiment")
     cs = conversation_set(settings)
     index = open_index(settings, str(cs.documents.root), progress=progress)  # shared; closed with the process
@@ -49,14 +54,10 @@ def evaluate_conversations(settings, *, progress: bool = False) -> PointResult:
         memory.close()
         shutil.rmtree(scratch, ignore_errors=True)
     k = settings.retrieval.kb_top_k
-    g = conversation_metrics(rows, k)["conversation"]
-    metrics = {"hit_rate_raw": g[f"hit_rate_raw@{k}"], "hit_rate_rewrite": g[f"hit_rate_rewrite@{k}"],
-               "memory_precision": g["memory_precision"], "memory_recall": g["memory_recall"],
-               "stale_fact_rate": g["stale_fact_rate"], "history_kept_share": g["history_kept_share"]}
-    if g["keyword_recall"] is not None:
-        metrics["keyword_recall"] = g["keyword_recall"]
+    # the run's conversation group as columns (conversation.hit_rate_rewrite@k, conversation.memory_recall...)
+    metrics = {c: v for c, v in point_columns(score([CONVERSATION], Rows(rows), k), k).items() if v is not None}
     per_turn = [{"qid": r["id"], "kind": r["kind"],
-                 **{name: (float(r[name]) if isinstance(r.get(name), bool) else r.get(name)) for name in PER_TURN}}
+                 **{col: (float(r[name]) if isinstance(r.get(name), bool) else r.get(name)) for name, col in PER_TURN.items()}}
                 for r in rows]
     info = {"conversations": len(cs.conversations), "turns": len(rows), "rewrite": rewrite_mode(settings),
             "history_window": settings.conversation.history_window,

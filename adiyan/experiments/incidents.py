@@ -18,7 +18,8 @@ def evaluate_incidents(settings, *, progress: bool = False) -> PointResult:
         if r.variants_share is not None:
             row["variants_held"] = r.variants_share
         rows.append(row)
-    return PointResult(incident_metrics(results), rows, {"incidents": [as_dict(r) for r in results]})
+    metrics = {f"incidents.{name}": v for name, v in incident_metrics(results).items()}  # the run's names
+    return PointResult(metrics, rows, {"incidents": [as_dict(r) for r in results]})
 
 
 def incident_narrative(result: PointResult) -> str:

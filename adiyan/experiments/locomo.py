@@ -10,9 +10,8 @@ on the swept settings and are left to ``invoke eval``. ``eval.evalset`` must nam
 
 from __future__ import annotations
 
-from ..eval.locomo import paths as P
 from ..eval.locomo.data import LocomoError, is_locomo_file, load_locomo
-from ..eval.locomo.run import evaluate, locomo_tables
+from ..eval.locomo.run import evaluate, locomo_tables, overall_metrics
 from ..factory import open_embedder
 from .common import PointResult
 
@@ -28,11 +27,8 @@ def evaluate_locomo(settings, *, progress: bool = False) -> PointResult:
     embedder = open_embedder(settings, progress=progress)
     rows, info = evaluate(settings, ls, embedder, paths=SWEPT_PATHS, progress=progress)
     t = locomo_tables(rows, SWEPT_PATHS)
-    metrics = {f"memory_recall@{k}": t["memory_recency"][f"recall@{k}"]["all"] for k in P.KS}
-    metrics["memory_ndcg@10"] = t["memory_recency"]["ndcg@10"]["all"]
-    metrics["similarity_recall@10"] = t["memory_similarity"]["recall@10"]["all"]
-    metrics.update({f"context_recall@{k}": t["context"][f"recall@{k}"]["all"] for k in P.KS})
-    metrics["context_recall"] = t["context_configured"]["recall"]["all"]
+    # the run's locomo group as columns (locomo.memory_recency.recall@10, locomo.context.recall...)
+    metrics = {f"locomo.{name}": v for name, v in overall_metrics(t, SWEPT_PATHS).items()}
     metrics["context_size"] = sum(len(r["context_ids"]) for r in rows) / len(rows)
     per_q = [{"qid": r["id"], "category": r["category_name"], "recall@10": r["recall"]["memory_recency"]["10"],
               "context_recall": r["context_recall"]} for r in rows]

@@ -3,17 +3,18 @@
 One configuration's retrieval, measured exactly as ``invoke eval`` measures it: the evalset's
 index from the evaluation harness (:func:`adiyan.eval.harness.open_index`), the retrieval
 pipeline the settings describe (:func:`adiyan.factory.open_retriever`: query transformation,
-mode, floor, re-rank, cut), and the harness's per-question rows and metrics. The experiment
-only renames them to the flat per-point names of the sweep pages and adds latency, the cost of
-the context and what building the index cost.
+mode, floor, re-rank, cut), and the harness's per-question rows and metrics, under the run's own
+names (``retrieval.hit_rate@k``: at the point's k; ``retrieval.ndcg@10``, ``by_kind.hit_rate.lookup``,
+``privacy.private_chunks_leaked``). The experiment adds latency, the cost of the context and what
+building the index cost.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..eval.harness import (IR_DEPTH, open_index, per_question_ir, question_rows, refuse_conversation_settings,
-                            retrieval_metrics)
+from ..eval.harness import open_index, per_question_ir, question_rows, refuse_conversation_settings, retrieval_metrics
+from ..eval.scorers import point_columns
 from ..factory import open_retriever
 from .common import PointResult, mean
 from .scoring import merge, score_rows
@@ -23,7 +24,7 @@ def evaluate_retrieval(settings, evalset=None, *, embedder=None, progress: bool 
                        answer_questions: int | None = None, regression_cases=None) -> PointResult:
     """Retrieval-only evaluation of one configuration on an evalset (``eval.evalset`` by default).
 
-    Per question: hit and reciprocal rank (``rr``) at ``retrieval.kb_top_k`` over gold sources,
+    Per question: hit and reciprocal rank at ``retrieval.kb_top_k`` over gold sources,
     nDCG@10 / Recall@10 over the source ranking (ranx), retrieval latency, the tokens of the
     top-k context (what generation would be handed: the cost side of top-k) and the private
     chunks of other owners in the ranking (must be 0). Every ``retrieval.*`` setting applies,
@@ -41,27 +42,20 @@ def evaluate_retrieval(settings, evalset=None, *, embedder=None, progress: bool 
     rows = []
     for r in qr.rows:
         row = {"qid": r["id"], "kind": r["kind"], "retrieve_ms": r["retrieve_s"] * 1000,
-               "context_tokens": r["context_tokens"], "private_leaked": len(r["leaked_private"])}
+               "context_tokens": r["context_tokens"], "privacy.private_chunks_leaked": len(r["leaked_private"])}
         if r["hit"] is not None:
             row["hit"] = float(r["hit"])
-            row["rr"] = float(r["reciprocal_rank"])
+            row["reciprocal_rank"] = float(r["reciprocal_rank"])
             for metric, per_q in ir.items():
-                row[metric] = per_q.get(r["id"])
+                row[f"retrieval.{metric}"] = per_q.get(r["id"])
         rows.append(row)
     lat_ms = np.asarray([r["retrieve_ms"] for r in rows], dtype=float)
-    rg = groups["retrieval"]
-    metrics = {
-        "hit_rate": rg[f"hit_rate@{k}"],
-        "mrr": rg[f"mrr@{k}"],
-        f"ndcg@{IR_DEPTH}": rg.get(f"ndcg@{IR_DEPTH}"),
-        f"recall@{IR_DEPTH}": rg.get(f"recall@{IR_DEPTH}"),
+    metrics = point_columns(groups, k)  # the run's names: retrieval.hit_rate@k, retrieval.ndcg@10, by_kind...
+    metrics.update({
         "context_tokens": mean(r["context_tokens"] for r in rows),
         "retrieve_ms": float(lat_ms.mean()) if len(lat_ms) else None,
         "retrieve_p95_ms": float(np.percentile(lat_ms, 95)) if len(lat_ms) else None,
-        "private_leaked": float(groups["privacy"]["private_chunks_leaked"]),
-        "transform_failures": float(sum(1 for r in qr.rows if r["transform_failed"])),
-    }
-    metrics.update(groups["by_kind"])
+    })
     b = index.build
     metrics.update({"n_chunks": float(b["n_chunks"]), "index_build_s": b["build_s"],
                     "chunking_s": b.get("chunk_s", 0.0), "index_embedded_texts": float(b["embed_cache_misses"]),

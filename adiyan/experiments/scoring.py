@@ -4,14 +4,15 @@ A point's retrieval rows come from the evaluation harness (:func:`adiyan.eval.ha
 so the scorers ``invoke eval`` runs apply to them unchanged; this module composes them and never
 re-implements one:
 
-- answers: ``invoke eval``'s answering (:func:`adiyan.eval.runner._answer`: the configured LLM,
+- answers: ``invoke eval``'s answering (:func:`adiyan.eval.harness.answer_rows`: the configured LLM,
   the prompt-keyed answer cache in ``paths.cache_dir``, so a re-run pays nothing), honouring
   ``eval.generate`` (off: no answers, so the string metrics are not produced). ``answer_questions``
   answers a seeded sample of that many questions (the same at every point; None = all) to keep
   a point's cost down; ``answered_questions`` says how many;
-- RAGAS non-LLM (:func:`adiyan.eval.runner._ragas_non_llm`): ID-based context precision / recall
-  over the point's top-k sources, string similarity, ROUGE-L, exact match over its answers;
-- RAGAS LLM-judged (:func:`adiyan.eval.runner._ragas_llm`): the configured judge calibrated on
+- the answer scorers of :mod:`adiyan.eval.scorers` (``answer``: keyword recall and abstention;
+  ``ragas``: ID-based context precision / recall over the point's top-k sources, string
+  similarity, ROUGE-L, exact match, BLEU over its answers);
+- RAGAS LLM-judged (:func:`adiyan.eval.scorers.judged`): the configured judge calibrated on
   labelled pairs first (cached), the sample ``eval.judge_sample`` when reliable, otherwise
   ``eval.judge_sample_unreliable`` and ``ragas_llm.judge_reliable`` 0, which the sweep pages
   read to strike the values; nothing judged when ``eval.judge`` is None;
@@ -21,8 +22,9 @@ re-implements one:
   them when k < N): a top-4 case at k = 1 sees the one chunk the point hands generation.
 
 Column names are ``group.name`` of the run metric groups (``ragas.rouge_score``,
-``ragas_llm.faithfulness``, ``regression.no-private-leak``), so the registry entry, direction
-and "unreliable" handling are exactly those of ``invoke eval``'s metrics.json.
+``ragas_llm.faithfulness``, ``regression.no-private-leak``), per question too
+(``ragas.rouge_score``), so the registry entry, direction and "unreliable" handling are exactly
+those of ``invoke eval``'s metrics.json.
 """
 
 from __future__ import annotations
@@ -30,16 +32,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..cache import CallCache
-from ..eval import metrics as M
-from ..eval.harness import retrieval_metrics
+from ..cache import call_cache
+from ..eval.harness import answer_rows
 from ..eval.ragas_metrics import sample_indices, score_non_llm, summarize
-from ..eval.regression import check, load_cases
+from ..eval.regression import check, load_cases, mark_not_replayed, regression_group
 from ..eval.reliability import judged_group
-from ..eval.runner import _answer, _answer_group, _ragas_llm, _ragas_non_llm
+from ..eval.scorers import ANSWER_SCORERS, RETRIEVAL_SCORERS, STRINGS, Rows, annotate_answer, hit_rates_at, judged, score
 from ..factory import open_llm
+from ..types import OWNER
 
-SCORED_GROUPS = ("ragas", "ragas_llm", "regression", "answer", "retrieval", "privacy", "ocr")
+POINT_GROUPS = ("ragas", "ragas_llm", "answer", "regression")  # the run groups a scored point records as columns
 _DEPTH_CASE = re.compile(r"^retrieval\.(hit_rate|mrr)@(\d+)$")
 NOT_REPLAYED = "incidents are not replayed at sweep points (invoke eval replays them)"
 
@@ -49,74 +51,55 @@ def _case_depth_metrics(rows, cases, k: int) -> dict:
     out = {}
     for case in cases:
         m = _DEPTH_CASE.match(case.get("metric", ""))
-        if not m or int(m.group(2)) == k:
-            continue
-        kind, n = m.group(1), int(m.group(2))
-        vals = []
-        for r in rows:
-            if r["hit"] is None:
-                continue
-            sources = [c["source"] for c in r["retrieved"]][:n]
-            vals.append(M.hit(sources, r["gold_sources"]) if kind == "hit_rate"
-                        else M.reciprocal_rank(sources, r["gold_sources"]))
-        out[f"{kind}@{n}"] = M.mean_or_none(vals)
+        if m and int(m.group(2)) != k:
+            name = f"{m.group(1)}@{m.group(2)}"
+            out[name] = hit_rates_at(rows, int(m.group(2)))[name]
     return out
 
 
 def score_rows(settings, index, qr, *, answers: dict | None = None, llm=None, answer_questions: int | None = None,
                regression_cases: str | Path | None = None, progress: bool = False) -> dict:
     """Score a point's question rows like ``invoke eval``; returns ``metrics`` (``group.name``
-    columns), ``per_question`` ({qid: {ragas metric: value}}) and ``info`` (regression results
+    columns), ``per_question`` ({qid: {``ragas.NAME``: value}}) and ``info`` (regression results
     with reasons, answered n, the judge's calibration).
 
     ``answers`` ({qid: text}) are answers the experiment already produced (the context
     experiment); otherwise the rows are answered here when ``eval.generate`` is on.
     """
     rows = [dict(r) for r in qr.rows]  # the harness's rows stay untouched
-    es, kb = index.evalset, index.kb
+    data = Rows(rows, qr.run, qr.qrels)
+    es, kb, k = index.evalset, index.kb, settings.retrieval.kb_top_k
     chosen = {rows[i]["id"] for i in sample_indices(len(rows), answer_questions, settings.seed)}
     for r in rows:
-        r.update({"answer": None, "answer_used": None, "keyword_hit": None, "abstained": None})
-    if answers is not None:
-        for r in rows:
-            if r["id"] in chosen and answers.get(r["id"]) is not None:
-                text = answers[r["id"]]
-                r.update({"answer": text, "abstained": M.abstained(text),
-                          "keyword_hit": M.keyword_hit(text, r["answer_keywords"]) if r["hit"] is not None else None})
-    elif settings.eval.generate:
+        annotate_answer(r, answers.get(r["id"]) if answers is not None and r["id"] in chosen else None)
+    if answers is None and settings.eval.generate:
         llm = llm or open_llm(settings)
-        cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
-        _answer([r for r in rows if r["id"] in chosen], qr.results, settings, llm, cache, progress)
+        answer_rows([r for r in rows if r["id"] in chosen], qr.results, settings, llm, call_cache(settings, "answer"),
+                    progress)
     answered = [r for r in rows if r["answer"] is not None]
-    groups = retrieval_metrics(qr, settings.retrieval.kb_top_k)
+    groups = score(RETRIEVAL_SCORERS, data, k)
     cases = load_cases(regression_cases) if regression_cases else load_cases()
-    groups["retrieval"].update({k: v for k, v in _case_depth_metrics(rows, cases, settings.retrieval.kb_top_k).items()
-                                if k not in groups["retrieval"]})
-    ans = _answer_group(rows)
-    if ans is not None:
-        groups["answer"] = ans
-    groups["ragas"], per_row = _ragas_non_llm(rows)
-    judged = None
+    groups["retrieval"].update({n: v for n, v in _case_depth_metrics(rows, cases, k).items()
+                                if n not in groups["retrieval"]})
+    groups.update(score(ANSWER_SCORERS, data, k))
+    judged_out = None
     if settings.eval.judge:
         failed = {f["file"] for f in index.ingest_failures}
-        doc_texts = {d.source_key: kb.get_document_text(d.source_key, None, is_owner=True) for d in es.documents
+        doc_texts = {d.source_key: kb.get_document_text(d.source_key, OWNER) for d in es.documents
                      if d.filename not in failed}
-        judged = _ragas_llm(settings, es, [r for r in rows if r["id"] in chosen], kb.embedder, progress, doc_texts)
-        groups["ragas_llm"] = judged_group(judged)
-    results = check(groups, kb.embedder.id, es.name, cases)
-    for res in results:
-        if res.status == "not_checked" and res.metric.startswith("incidents."):
-            res.reason = NOT_REPLAYED
-    groups["regression"] = {r.id: (None if r.status == "not_checked" else float(r.status == "pass")) for r in results}
-    metrics = {f"{g}.{name}": v for g in ("ragas", "ragas_llm", "answer", "regression")
-               for name, v in (groups.get(g) or {}).items()}
+        judged_out = judged(settings, es, [r for r in rows if r["id"] in chosen], kb.embedder, progress, doc_texts)
+        groups["ragas_llm"] = judged_group(judged_out)
+    results = mark_not_replayed(check(groups, kb.embedder.id, es.name, cases), NOT_REPLAYED)
+    groups["regression"] = regression_group(results)
+    metrics = {f"{g}.{name}": v for g in POINT_GROUPS for name, v in (groups.get(g) or {}).items()}
     metrics["answered_questions"] = float(len(answered))
-    per_question = {r["id"]: {name: vals[i] for name, vals in per_row.items()} for i, r in enumerate(rows)}
+    per_question = {r["id"]: {f"{STRINGS.group}.{name}": v for name, v in (r.get(STRINGS.group) or {}).items()}
+                    for r in rows}
     info = {"regression": [r.as_dict() for r in results], "answered_questions": len(answered),
             "questions": len(rows), "answer_questions": answer_questions, "generate": settings.eval.generate,
             "judge": settings.eval.judge,
-            "judge_calibration": judged["calibration"] if judged else None,
-            "judge_sample": (judged["summary"].get("sample") or {}).get("n_scored") if judged else None,
+            "judge_calibration": judged_out["calibration"] if judged_out else None,
+            "judge_sample": (judged_out["summary"].get("sample") or {}).get("n_scored") if judged_out else None,
             "answers": {r["id"]: r["answer"] for r in answered}}
     return {"metrics": metrics, "per_question": per_question, "info": info}
 
@@ -133,11 +116,8 @@ def score_memory(ranked: dict[str, list[str]], questions: list[dict], evalset_na
     groups = {"ragas": {name: s["mean"] for name, s in summarize(per_row).items()
                         if name.startswith("id_based")}}
     cases = load_cases(regression_cases) if regression_cases else load_cases()
-    results = check(groups, embedder_id, evalset_name, cases)
-    for res in results:
-        if res.status == "not_checked" and res.metric.startswith("incidents."):
-            res.reason = NOT_REPLAYED
-    groups["regression"] = {r.id: (None if r.status == "not_checked" else float(r.status == "pass")) for r in results}
+    results = mark_not_replayed(check(groups, embedder_id, evalset_name, cases), NOT_REPLAYED)
+    groups["regression"] = regression_group(results)
     metrics = {f"{g}.{name}": v for g in ("ragas", "regression") for name, v in groups[g].items()}
     per_question = {r["id"]: {name: per_row[name][i] for name in per_row if name.startswith("id_based")}
                     for i, r in enumerate(rows)}

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ..types import Requester
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
     source_key     TEXT PRIMARY KEY,
@@ -116,22 +118,24 @@ class RawStore:
                                rec.size, rec.ingested_at, rec.doc_version, rec.n_chunks, rec.text_sha256,
                                json.dumps(rec.report)) for rec in records])
 
-    def get(self, source_key: str, *, requester_id: str | None = None, is_owner: bool = False) -> DocumentRecord | None:
+    def get(self, source_key: str, requester: Requester | str | None = None) -> DocumentRecord | None:
         """The record, or None when it does not exist *or* the requester may not see it."""
+        who = Requester.of(requester)
         sql = f"SELECT {_COLS} FROM documents WHERE source_key = ?"
         args: list = [source_key]
-        if not is_owner:
+        if not who.is_owner:
             sql += " AND (visibility = 'global' OR owner_identity = ?)"
-            args.append(requester_id if requester_id is not None else "\x00")
+            args.append(who.id if who.id is not None else "\x00")
         r = self._conn().execute(sql, args).fetchone()
         return _row(r) if r else None
 
-    def list(self, *, requester_id: str | None = None, is_owner: bool = False) -> list[DocumentRecord]:
+    def list(self, requester: Requester | str | None = None) -> list[DocumentRecord]:
+        who = Requester.of(requester)
         sql = f"SELECT {_COLS} FROM documents"
         args: list = []
-        if not is_owner:
+        if not who.is_owner:
             sql += " WHERE visibility = 'global' OR owner_identity = ?"
-            args.append(requester_id if requester_id is not None else "\x00")
+            args.append(who.id if who.id is not None else "\x00")
         return [_row(r) for r in self._conn().execute(sql + " ORDER BY source_key", args)]
 
     def committed(self, source_keys) -> dict[str, tuple[str, str, str]]:

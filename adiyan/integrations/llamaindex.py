@@ -28,7 +28,8 @@ first ``k`` nodes), nDCG / Recall / MRR / MAP at 10 (the whole list the retrieve
 for 10), per kind, and privacy: LlamaIndex has no requester, so a node from a private document of
 anyone but the question's requester is a leaked chunk, and a private-leak probe leaks when its
 document is retrieved at all. A query engine's answers are scored like ``invoke eval``'s (keyword
-recall, abstention, RAGAS's non-LLM metrics). The run is written as ours
+recall, abstention, RAGAS's non-LLM metrics: the same scorers). The run is written through
+:class:`~adiyan.eval.record.RunRecord`, as ours
 (``reports/<run-id>/metrics.json``, ``questions.jsonl``, ``per_question.parquet``,
 ``report.html``) and listed in ``reports/index.html``.
 """
@@ -39,7 +40,6 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
@@ -51,15 +51,12 @@ from llama_index.core.llms.callbacks import llm_completion_callback
 from pydantic import PrivateAttr
 from tqdm.auto import tqdm
 
-from .. import __version__
-from ..eval import metrics as M
-from ..eval.arrow import write_per_question
+from .. import metrics as M
 from ..eval.evalset import Evalset, load_evalset
 from ..eval.harness import EVAL_REQUESTER, QuestionRows, retrieval_metrics, source_run
-from ..eval.ragas_metrics import score_non_llm, summarize
+from ..eval.record import RunRecord, new_run_id
+from ..eval.scorers import ANSWER_SCORERS, score
 from ..generation import approx_tokens
-from ..report import write_run_report
-from ..report.index import write_index
 
 DEFAULT_SOURCE_KEY = "file_name"
 
@@ -187,24 +184,6 @@ class _Src:
     source: str
 
 
-def _answer_metrics(rows: list[dict]) -> dict[str, dict]:
-    if not any(r.get("answer") is not None for r in rows):
-        return {}
-    answerable = [r for r in rows if r["hit"] is not None]
-    groups = {"answer": {"keyword_recall": M.mean_or_none([r.get("keyword_hit") for r in answerable]),
-                         "abstain_rate_unanswerable": M.mean_or_none([r.get("abstained") for r in rows
-                                                                      if r["hit"] is None]),
-                         "abstain_rate_answerable": M.mean_or_none([r.get("abstained") for r in answerable])}}
-    per_row = score_non_llm([{"id": r["id"], "question": r["question"], "answer": r.get("answer"),
-                              "retrieved": r["retrieved"], "gold_answer": r["gold_answer"] if r["hit"] is not None
-                              else None, "gold_sources": r["gold_sources"]} for r in rows], id_field="source")
-    for name, values in per_row.items():
-        for r, v in zip(rows, values):
-            r.setdefault("ragas", {})[name] = v
-    groups["ragas"] = {name: s["mean"] for name, s in summarize(per_row).items()}
-    return groups
-
-
 def evaluate_llamaindex(target, evalset, *, k: int = 4, source_key: str = DEFAULT_SOURCE_KEY,
                         question_ids: Sequence[str] | None = None, reports_dir: str | Path | None = "reports",
                         run_id: str | None = None, name: str | None = None, progress: bool = True) -> LlamaIndexRun:
@@ -214,28 +193,19 @@ def evaluate_llamaindex(target, evalset, *, k: int = 4, source_key: str = DEFAUL
     t0 = time.perf_counter()
     qr = llamaindex_rows(target, es, k=k, source_key=source_key, question_ids=question_ids, progress=progress)
     groups = retrieval_metrics(qr, k)
-    groups.update(_answer_metrics(qr.rows))
+    if any(r.get("answer") is not None for r in qr.rows):  # a query engine answered: answer and string scorers
+        groups.update(score(ANSWER_SCORERS, qr, k))
     described = {"target": type(target).__name__, "name": name, "k": k, "source_key": source_key,
                  "question_ids": list(question_ids) if question_ids is not None else None}
     config_hash = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
     if reports_dir is None:
         return LlamaIndexRun(None, groups, qr.rows)
-    run_id = run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-llamaindex")
-    run_dir = Path(reports_dir) / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
+    record = RunRecord.start(reports_dir, run_id or new_run_id(suffix="llamaindex"))  # no settings: no config.yaml
     es_hash = es.content_hash()
-    out = {"run_id": run_id, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "adiyan_version": __version__, "config_hash": config_hash, "config": {"llamaindex": described},
+    out = {**record.envelope(config_hash=config_hash, config={"llamaindex": described}),
            "models": {"llamaindex": {"id": name or type(target).__name__, "source_key": source_key}},
            "dataset": {"name": es.name, "path": str(es.root), "hash": es_hash, "n_documents": len(es.documents),
                        "n_questions": len(qr.rows), "n_answerable": len(qr.qrels)},
            "metrics": groups, "regression": [], "warnings": [],
            "timings": {"total_s": round(time.perf_counter() - t0, 3), "retrieve_s": round(qr.retrieve_s, 3)}}
-    with open(run_dir / "questions.jsonl", "w", encoding="utf-8") as f:
-        for r in qr.rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    write_per_question(qr.rows, run_dir / "per_question.parquet")
-    (run_dir / "metrics.json").write_text(json.dumps(out, indent=2, ensure_ascii=False), encoding="utf-8")
-    write_run_report(run_dir)
-    write_index(Path(reports_dir))
-    return LlamaIndexRun(run_dir, groups, qr.rows)
+    return LlamaIndexRun(record.finish(out, qr.rows, parquet=True), groups, qr.rows)

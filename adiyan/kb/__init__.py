@@ -3,7 +3,7 @@
 Every chunk carries ``source_filename`` (``<owner>/<filename>``, the source key), ``chunk_index``,
 ``ingested_at``, ``owner_identity``, ``visibility`` (``private`` | ``global``), ``doc_version``
 and its text. A chunk or file is visible to a requester when it is global or the requester
-owns it; the owner role (``is_owner``) bypasses the filter. The filter is part of the engine
+owns it; the owner role (``Requester.is_owner``) bypasses the filter. The filter is part of the engine
 query (Qdrant filter, SQL WHERE), so k results are k permitted results, and a document the
 requester may not see answers exactly like one that does not exist.
 
@@ -63,7 +63,7 @@ from .policy import (
     validate_filename,
 )
 from ..store.base import Cond, Empty, Filter, LexicalEncoder, Point
-from ..types import RetrievalResult, RetrievedChunk  # noqa: F401 - re-exported for callers of the KB
+from ..types import OWNER, Requester, RetrievalResult, RetrievedChunk  # noqa: F401 - re-exported for callers of the KB
 
 __all__ = ["VISIBILITIES", "DocumentNotFound", "IngestError", "IngestItem", "IngestResult", "KnowledgeBase",
            "access_filter", "source_key", "validate_filename"]
@@ -148,6 +148,16 @@ class KnowledgeBase(CorpusBm25Stats):
     def _fault(self, stage: str) -> None:
         if self.fault_hook is not None:
             self.fault_hook(stage)
+
+    def close(self) -> None:
+        """Close the store (the embedded engine locks its folder until then); or ``with open_kb(...) as kb:``."""
+        self.store.close()
+
+    def __enter__(self) -> "KnowledgeBase":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # -- write path ------------------------------------------------------------------------
     def ingest_document(self, data: bytes | str | os.PathLike, filename: str | None = None,
@@ -324,7 +334,7 @@ class KnowledgeBase(CorpusBm25Stats):
     def _unchanged(self, key: str, data: bytes, owner: str, visibility: str) -> IngestResult | None:
         """The committed version when re-ingesting ``data`` would store exactly it again, else None."""
         t0 = time.perf_counter()
-        committed = self.raw.get(key, is_owner=True)
+        committed = self.raw.get(key, OWNER)
         if committed is None or committed.sha256 != hashlib.sha256(data).hexdigest():
             return None
         version = self._doc_version(committed.sha256, owner, visibility,
@@ -358,7 +368,7 @@ class KnowledgeBase(CorpusBm25Stats):
         self._check_model()
         data_sha = hashlib.sha256(data).hexdigest()
         doc_version = self._doc_version(data_sha, owner, visibility, authored_markdown)
-        committed = self.raw.get(key, is_owner=True)
+        committed = self.raw.get(key, OWNER)
         if committed is not None and committed.doc_version == doc_version:
             stored = self.store.count(self.collection, Filter(must=(Cond("source_filename", key),)))
             if stored == committed.n_chunks:
@@ -421,7 +431,7 @@ class KnowledgeBase(CorpusBm25Stats):
             vecs = vectors[offset: offset + len(p.chunks)]
             offset += len(p.chunks)
             mine = Filter(must=(Cond("source_filename", p.key),))
-            committed = self.raw.get(p.key, is_owner=True)  # re-read under the lock
+            committed = self.raw.get(p.key, OWNER)  # re-read under the lock
             if committed is not None and committed.doc_version == p.doc_version \
                     and self.store.count(self.collection, mine) == committed.n_chunks:
                 results[id(p)] = IngestResult(p.key, p.doc_version, committed.n_chunks, False,
@@ -491,7 +501,7 @@ class KnowledgeBase(CorpusBm25Stats):
         for p in sorted(self.pending_dir.glob("*.json")):
             info = json.loads(p.read_text())
             key = info["source"]
-            committed = self.raw.get(key, is_owner=True)
+            committed = self.raw.get(key, OWNER)
             mine = Filter(must=(Cond("source_filename", key),))
             if committed is None:
                 self.store.delete(self.collection, mine)
@@ -521,7 +531,7 @@ class KnowledgeBase(CorpusBm25Stats):
     # under the requester's access filter, and the three read paths that return whole documents.
     GATE_ROUNDS = 4  # engine queries at most per search when replaced / uncommitted chunks crowd the top
 
-    def search(self, query: str, limit: int, *, requester_id: str | None, is_owner: bool = False,
+    def search(self, query: str, limit: int, *, requester: Requester | str | None,
                within: str | None = None, mode: str = "dense", rrf_k: int = 60, prefetch: int = 50,
                ef: int | None = None, exact: bool = False, query_vector=None,
                unscoped: bool = False) -> list[RetrievedChunk]:
@@ -538,7 +548,7 @@ class KnowledgeBase(CorpusBm25Stats):
         fuses ranks that counted the dropped chunks too, only while a write is under way.
         """
         self._check_model()
-        flt = None if unscoped else access_filter(requester_id, is_owner)
+        flt = None if unscoped else access_filter(requester)
         if within is not None:
             flt = _and(flt, Filter(must=(Cond("source_filename", within),)))
         if mode not in ("dense", "bm25", "hybrid"):
@@ -562,30 +572,27 @@ class KnowledgeBase(CorpusBm25Stats):
             fetch = 2 * fetch + stale
         return [RetrievedChunk.from_hit(h) for h in kept[:limit]]
 
-    def get_document_text(self, source: str, requester_id: str | None, is_owner: bool = False) -> str:
-        rec = self._record(source, requester_id, is_owner)
+    def get_document_text(self, source: str, requester: Requester | str | None) -> str:
+        rec = self.record(source, requester)
         return self.raw.read_blob(rec.text_sha256, ".md").decode("utf-8")
 
-    def get_document(self, source: str, requester_id: str | None, is_owner: bool = False) -> bytes:
+    def get_document(self, source: str, requester: Requester | str | None) -> bytes:
         """The original bytes, as ingested ("send me that file back")."""
-        rec = self._record(source, requester_id, is_owner)
+        rec = self.record(source, requester)
         return self.raw.read_blob(rec.sha256)
 
-    def list_documents(self, requester_id: str | None, is_owner: bool = False) -> list[dict]:
-        return [r.public() for r in self.raw.list(requester_id=requester_id, is_owner=is_owner)]
+    def list_documents(self, requester: Requester | str | None) -> list[dict]:
+        return [r.public() for r in self.raw.list(requester)]
 
-    def record(self, source: str, requester_id: str | None, is_owner: bool = False) -> DocumentRecord:
+    def record(self, source: str, requester: Requester | str | None) -> DocumentRecord:
         """The committed record of ``source`` if the requester may see it, else DocumentNotFound."""
-        return self._record(source, requester_id, is_owner)
-
-    def _record(self, source: str, requester_id: str | None, is_owner: bool) -> DocumentRecord:
-        rec = self.raw.get(source, requester_id=requester_id, is_owner=is_owner)
+        rec = self.raw.get(source, requester)
         if rec is None:
             raise DocumentNotFound(f"no document {source!r}")
         return rec
 
-    def extraction_report(self, source: str, requester_id: str | None, is_owner: bool = False) -> dict:
-        return self._record(source, requester_id, is_owner).report
+    def extraction_report(self, source: str, requester: Requester | str | None) -> dict:
+        return self.record(source, requester).report
 
     def count_chunks(self, source: str | None = None) -> int:
         flt = Filter(must=(Cond("source_filename", source),)) if source else None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 
 from ..store.base import LexicalEncoder, Point
+from ..types import OWNER
 
 
 class CorpusBm25Stats:
@@ -54,7 +55,7 @@ class CorpusBm25Stats:
             # under the source's write lock, and only the committed version: a concurrent
             # re-ingest must never see its replaced chunks written back
             with self._source_lock(source):
-                rec = self.raw.get(source, is_owner=True)
+                rec = self.raw.get(source, OWNER)
                 keep = [p for p in points if rec is None and not p.payload.get("doc_version")
                         or rec is not None and p.payload.get("doc_version") == rec.doc_version]
                 if keep:

@@ -41,7 +41,7 @@ from ..cache import embedder_identity
 from . import DocumentNotFound
 from .policy import access_filter, committed_only
 from ..store.base import Cond, Filter, Point
-from ..types import RetrievedChunk
+from ..types import OWNER, Requester, RetrievedChunk
 
 log = logging.getLogger(__name__)
 PAGE_CHARS = 3000  # a Markdown / DOCX "page": about one printed page (~500 words)
@@ -184,11 +184,11 @@ class BookPages:
         version: {key: pages written} for the books (re)written. Never raises: the KB's commit is
         already made; a failure is logged, kept in ``errors`` and retried when the KB is next opened."""
         if keys is None:
-            records = {r.source_key: r for r in self.kb.raw.list(is_owner=True)}
+            records = {r.source_key: r for r in self.kb.raw.list(OWNER)}
             keys = list(records)
         else:
             keys = list(dict.fromkeys(keys))
-            records = {k: r for k in keys if (r := self.kb.raw.get(k, is_owner=True)) is not None}
+            records = {k: r for k in keys if (r := self.kb.raw.get(k, OWNER)) is not None}
         written = {}
         with self._guard:
             checked = json.loads(self._checked_path.read_text()) if self._checked_path.exists() else {}
@@ -272,7 +272,7 @@ class BookPages:
         return out
 
     # -- read: the book-pages read path ---------------------------------------------------------
-    def search(self, query: str, requester_id: str | None, is_owner: bool = False, k: int = 5, *,
+    def search(self, query: str, requester: Requester | str | None, k: int = 5, *,
                within: str | None = None, floor: float | None = None, ef: int | None = None,
                exact: bool = False) -> list[RetrievedChunk]:
         """The k best *pages* for ``query`` that the requester may see: one result per (book, page),
@@ -280,8 +280,8 @@ class BookPages:
 
         ``within`` one book: DocumentNotFound when it is missing or hidden (same message)."""
         if within is not None:
-            self.kb.record(within, requester_id, is_owner)  # hidden == missing
-        flt = access_filter(requester_id, is_owner)
+            self.kb.record(within, requester)  # hidden == missing
+        flt = access_filter(requester)
         if within is not None:
             within_flt = Filter(must=(Cond("source_filename", within),))
             flt = within_flt if flt is None else flt.and_(within_flt)
@@ -300,11 +300,11 @@ class BookPages:
             fetch *= 4
         return list(pages.values())[:k]
 
-    def get_page(self, source: str, page: int, requester_id: str | None, is_owner: bool = False) -> dict:
+    def get_page(self, source: str, page: int, requester: Requester | str | None) -> dict:
         """Page ``page`` of a book: {source, page, page_count, chapter, heading_path, text}.
 
         DocumentNotFound when the book is missing or hidden (same message), or has no such page."""
-        rec = self.kb.record(source, requester_id, is_owner)
+        rec = self.kb.record(source, requester)
         flt = Filter(must=(Cond("source_filename", source), Cond("doc_version", rec.doc_version),
                            Cond("page", int(page))))
         parts = sorted(self.kb.store.scroll(self.collection, flt=flt), key=lambda p: p.payload["chunk_index"])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ..ingest.names import name_problem
 from ..store.base import Cond, Filter
+from ..types import Requester
 
 VISIBILITIES = ("private", "global")
 MAX_COMPONENT_BYTES = 255  # what common file systems allow for one name
@@ -70,13 +71,14 @@ def source_key(owner_identity: str, filename: str) -> str:
     return f"{owner_identity}/{validate_filename(filename)}"
 
 
-def access_filter(requester_id: str | None, is_owner: bool) -> Filter | None:
+def access_filter(requester: Requester | str | None) -> Filter | None:
     """None (no restriction) for the owner role; otherwise global or the requester's own."""
-    if is_owner:
+    who = Requester.of(requester)
+    if who.is_owner:
         return None
     should = [Cond("visibility", "global")]
-    if requester_id:
-        should.append(Cond("owner_identity", requester_id))
+    if who.id:
+        should.append(Cond("owner_identity", who.id))
     return Filter(should=tuple(should))
 
 
@@ -109,8 +111,9 @@ def committed_only(hits: list, committed) -> tuple[list, int]:
     return kept, stale
 
 
-def visible_to(payload: dict, requester_id: str | None, is_owner: bool) -> bool:
+def visible_to(payload: dict, requester: Requester | str | None) -> bool:
     """The access filter of :func:`access_filter`, applied to one chunk's payload."""
-    return is_owner or payload.get("visibility") == "global" or (
-        bool(requester_id) and payload.get("owner_identity") == requester_id)
+    who = Requester.of(requester)
+    return who.is_owner or payload.get("visibility") == "global" or (
+        bool(who.id) and payload.get("owner_identity") == who.id)
 

@@ -25,7 +25,7 @@ from jinja2 import Environment  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 from markupsafe import Markup  # noqa: E402
 
-from ..eval import metrics as M  # noqa: E402
+from .. import metrics as M  # noqa: E402
 from .agent import agent_section  # noqa: E402
 from .summary import failures as failing_questions  # noqa: E402
 from .summary import fmt, recall_at, summary_section  # noqa: E402
@@ -92,7 +92,7 @@ def _n_of(groups: dict, group: str, name: str):
 def human_badge(group: str, name: str) -> Markup:
     """Beside a metric: its measured correlation with human labels (overall aspect, Pearson x 100
     with its 95% interval; every aspect in the tooltip) from the registry's side table
-    (adiyan/eval/human_correlation.yaml, written by ``adiyan meta-eval``), or why it was not
+    (adiyan/human_correlation.yaml, written by ``adiyan meta-eval``), or why it was not
     measured. Nothing for a metric the table does not list (not an answer metric)."""
     entry = M.human_correlation(group, name)
     if entry.get("status") == "measured":

@@ -27,7 +27,7 @@ from jinja2 import Environment
 from markupsafe import Markup
 
 from ..config import Settings
-from ..eval import metrics as M
+from .. import metrics as M
 from . import CSS, _direction, _load_run, _n_of, _num, _parse_time, _plot_trend, _short, fmt, judged_unreliable
 from .summary import _headline_names
 

@@ -27,7 +27,7 @@ import yaml
 from jinja2 import Environment
 from markupsafe import Markup
 
-from ..eval import metrics as M
+from .. import metrics as M
 
 BASELINES_FILE = "baselines.yaml"  # in the reports folder: {evalset name: run id}
 BOOTSTRAP = 2000

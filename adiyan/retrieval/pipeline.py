@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Callable
 
-from ..cache import CallCache
+from ..cache import CallCache, call_cache
 from ..config import RetrievalConfig
 from ..kb.policy import visible_to
 from ..models import llm_from_settings
-from ..types import RetrievalResult, RetrievedChunk
+from ..types import OWNER, Requester, RetrievalResult, RetrievedChunk
 from .floor import resolve_floor
 from .fusion import convex, dbsf, rocchio, rrf
 from .rerank import BiEncoderReranker
@@ -192,7 +191,7 @@ class Retriever:
         if rc.rerank and reranker is None:
             reranker = BiEncoderReranker.from_settings(settings)
         if cache is None and rc.query_transform in ("hyde", "history_llm"):
-            cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", rc.query_transform)
+            cache = call_cache(settings, rc.query_transform)
         floor = resolve_floor(rc, kb.embedder.id)
         return cls(kb, rc, floor=floor, ef=settings.store.hnsw_ef, exact=settings.store.exact, llm=llm,
                    reranker=reranker, cache=cache, allow_unscoped=allow_unscoped, entry_point=entry_point,
@@ -208,10 +207,10 @@ class Retriever:
         d = self.depth(k)
         return d * self.config.rerank_overfetch if self.reranker is not None else d
 
-    def retrieve(self, query: str, requester_id: str | None, is_owner: bool = False, *, top_k: int | None = None,
+    def retrieve(self, query: str, requester: Requester | str | None, *, top_k: int | None = None,
                  within: str | None = None, floor: float | None = None, history=None,
                  count_hidden: bool = False) -> RetrievalResult:
-        """The top k chunks for ``query`` that ``requester_id`` may see (``within`` one source).
+        """The top k chunks for ``query`` that ``requester`` may see (``within`` one source).
 
         ``floor`` overrides the embedder's floor for this call (calibration measures below it);
         ``history`` (earlier turns, ``[{"role", "content"}]``, ``[]`` for a first message) is what the
@@ -230,10 +229,11 @@ class Retriever:
         if outcome.failed:
             self.transform_failures += 1
         timings["transform_s"] = time.perf_counter() - t0
-        scope = dict(requester_id=requester_id, is_owner=is_owner, within=within)
+        requester = Requester.of(requester)
+        scope = dict(requester=requester, within=within)
         ranked, dropped = self._ranked(query, outcome.queries, k, floor, scope, timings)
         chunks = ranked[:k]
-        hidden = (self._hidden(query, outcome.queries, k, floor, requester_id, is_owner, within)
+        hidden = (self._hidden(query, outcome.queries, k, floor, requester, within)
                   if count_hidden or self.counts_hidden else None)
         floored = rc.mode == "dense"
         return RetrievalResult(query, chunks, floor, dropped if not chunks or floored else 0, rc.mode, ranked=ranked,
@@ -242,7 +242,7 @@ class Retriever:
                                reranker=getattr(self.reranker, "id", None) if self.reranker is not None else None,
                                floor_applied=floored, timings=timings, hidden=hidden)
 
-    def hidden_count(self, query: str, requester_id: str | None, is_owner: bool = False, *,
+    def hidden_count(self, query: str, requester: Requester | str | None, *,
                      top_k: int | None = None, history=None) -> int:
         """How many of the top k chunks for ``query`` the access policy hides from the requester
         (:meth:`_hidden`), for a caller whose own searches are not one ``retrieve`` of ``query``
@@ -252,7 +252,7 @@ class Retriever:
             raise UnsupportedSetting(f"retrieval.query_transform={rc.query_transform}", self.entry_point,
                                      "hidden_count() was called without history= (pass [] for a first message)")
         outcome = transform_query(query, rc.query_transform, llm=self.llm, cache=self.cache, history=history)
-        return self._hidden(query, outcome.queries, top_k or rc.kb_top_k, self.floor, requester_id, is_owner, None)
+        return self._hidden(query, outcome.queries, top_k or rc.kb_top_k, self.floor, Requester.of(requester), None)
 
     def _ranked(self, query: str, queries: list[str], k: int, floor: float, scope: dict,
                 timings: dict) -> tuple[list[RetrievedChunk], int]:
@@ -278,15 +278,15 @@ class Retriever:
             timings["rerank_s"] = time.perf_counter() - t0
         return ranked[: self.depth(k)], dropped
 
-    def _hidden(self, query: str, queries: list[str], k: int, floor: float, requester_id: str | None,
-                is_owner: bool, within: str | None) -> int:
+    def _hidden(self, query: str, queries: list[str], k: int, floor: float, requester: Requester,
+                within: str | None) -> int:
         """The owner view of the same pipeline run: the same transformed queries through the same
         stages (fusion, PRF, floor, re-ranking, cut) without the access filter; how many of its top k
         the requester may not see. Only the count leaves here, never a chunk, a name or a text."""
-        if is_owner or self.config.unsafe_unscoped_search:
+        if requester.is_owner or self.config.unsafe_unscoped_search:
             return 0
-        owner, _ = self._ranked(query, queries, k, floor, dict(requester_id=None, is_owner=True, within=within), {})
-        return sum(1 for c in owner[:k] if not visible_to(c.payload, requester_id, False))
+        owner, _ = self._ranked(query, queries, k, floor, dict(requester=OWNER, within=within), {})
+        return sum(1 for c in owner[:k] if not visible_to(c.payload, requester))
 
     def _engine(self, q: str, limit: int, scope: dict) -> list[RetrievedChunk]:
         """Engine search of one query (``scope``: requester, filter and engine knobs), with dense
@@ -312,47 +312,46 @@ class Retriever:
                               **scope)
 
     # -- the read paths that search (the other three are on the KnowledgeBase) ----------------
-    def retrieve_knowledge_base(self, query: str, requester_id: str | None, is_owner: bool = False,
-                                top_k: int | None = None, *, floor: float | None = None) -> RetrievalResult:
-        return self.retrieve(query, requester_id, is_owner, top_k=top_k, floor=floor)
+    def retrieve_knowledge_base(self, query: str, requester: Requester | str | None, *, top_k: int | None = None,
+                                floor: float | None = None) -> RetrievalResult:
+        return self.retrieve(query, requester, top_k=top_k, floor=floor)
 
-    def search_within_document(self, source: str, query: str, requester_id: str | None, is_owner: bool = False,
-                               top_k: int | None = None, *, floor: float | None = None) -> RetrievalResult:
-        self.kb.record(source, requester_id, is_owner)  # DocumentNotFound: hidden == missing
-        return self.retrieve(query, requester_id, is_owner, top_k=top_k or self.config.doc_top_k, within=source,
-                             floor=floor)
+    def search_within_document(self, source: str, query: str, requester: Requester | str | None, *,
+                               top_k: int | None = None, floor: float | None = None) -> RetrievalResult:
+        self.kb.record(source, requester)  # DocumentNotFound: hidden == missing
+        return self.retrieve(query, requester, top_k=top_k or self.config.doc_top_k, within=source, floor=floor)
 
-    def find_source_document(self, query: str, requester_id: str | None, is_owner: bool = False,
-                             *, floor: float | None = None) -> dict | None:
+    def find_source_document(self, query: str, requester: Requester | str | None, *,
+                             floor: float | None = None) -> dict | None:
         """The permitted document whose chunk best matches the query, or None."""
-        res = self.retrieve(query, requester_id, is_owner, floor=floor)
+        res = self.retrieve(query, requester, floor=floor)
         if not res.chunks:
             return None
         best = res.chunks[0]
         return {"source": best.source, "score": best.score, "chunk_index": best.chunk_index}
 
     # the three read paths that return whole documents, so one object answers all six
-    def get_document_text(self, source: str, requester_id: str | None, is_owner: bool = False) -> str:
-        return self.kb.get_document_text(source, requester_id, is_owner)
+    def get_document_text(self, source: str, requester: Requester | str | None) -> str:
+        return self.kb.get_document_text(source, requester)
 
-    def get_document(self, source: str, requester_id: str | None, is_owner: bool = False) -> bytes:
-        return self.kb.get_document(source, requester_id, is_owner)
+    def get_document(self, source: str, requester: Requester | str | None) -> bytes:
+        return self.kb.get_document(source, requester)
 
-    def list_documents(self, requester_id: str | None, is_owner: bool = False) -> list[dict]:
-        return self.kb.list_documents(requester_id, is_owner)
+    def list_documents(self, requester: Requester | str | None) -> list[dict]:
+        return self.kb.list_documents(requester)
 
-    def extraction_report(self, source: str, requester_id: str | None, is_owner: bool = False) -> dict:
-        return self.kb.extraction_report(source, requester_id, is_owner)
+    def extraction_report(self, source: str, requester: Requester | str | None) -> dict:
+        return self.kb.extraction_report(source, requester)
 
     # the seventh read path: books page by page (adiyan.kb.pages), under the same access policy
-    def search_book_pages(self, query: str, requester_id: str | None, is_owner: bool = False,
-                          top_k: int | None = None, *, within: str | None = None,
+    def search_book_pages(self, query: str, requester: Requester | str | None, *,
+                          top_k: int | None = None, within: str | None = None,
                           floor: float | None = None) -> list[RetrievedChunk]:
         """The best pages of the permitted books (``page`` in each result's payload)."""
         if self.kb.book_pages is None:
             raise UnsupportedSetting("search_book_pages", self.entry_point, "this knowledge base has no book pages "
                                      "(open it with adiyan.factory.open_kb)")
-        return self.kb.book_pages.search(query, requester_id, is_owner, top_k or self.config.kb_top_k, within=within,
+        return self.kb.book_pages.search(query, requester, top_k or self.config.kb_top_k, within=within,
                                          floor=self.floor if floor is None else floor, ef=self.ef, exact=self.exact)
 
     def describe(self) -> dict:

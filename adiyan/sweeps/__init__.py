@@ -26,7 +26,7 @@ row per point: parameters and metrics), ``per_question.parquet`` (point, questio
 value) and ``index.html`` (metric-versus-parameter plots, a quality-versus-cost frontier, the
 best point per metric, paired randomization tests against the baseline) are written beside
 them. Which direction of a metric is better comes from the metric registry
-(:mod:`adiyan.eval.metrics`); a metric it does not declare stops the report, naming it.
+(:mod:`adiyan.metrics`); a metric it does not declare stops the report, naming it.
 
 Paying only for what changed: embeddings are cached by content hash, parsed documents by (file
 bytes, parser settings, parser code), and each evalset's index lives in a data directory of its

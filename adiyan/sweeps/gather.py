@@ -5,7 +5,7 @@ A point's metrics come from its ``point.json`` (written by the notebook through
 notebook that ran ``run_eval`` (evaluate.ipynb), from the run's ``metrics.json``, where a column
 ``retrieval.ndcg@10`` is metric ``ndcg@10`` of group ``retrieval`` and ``timings.total_s`` is
 ``total_s`` of group ``timings``. Which direction is better always comes from the metric
-registry (:mod:`adiyan.eval.metrics`) under that (group, name); a metric it does not declare is
+registry (:mod:`adiyan.metrics`) under that (group, name); a metric it does not declare is
 an error naming it, never a guess from the name.
 
 An LLM-judged metric (the registry's ``judged`` flag) of a point whose judge was not calibrated
@@ -24,9 +24,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ..eval import metrics as M
+from .. import metrics as M
 from ..eval.ir_metrics import fisher_randomization_p
-from ..experiments.common import METRIC_GROUP, POINT_FILE, is_score
+from ..experiments.common import METRIC_GROUP, POINT_FILE, is_score, registry_key
 from .spec import FAILED, MARKER, Point, SweepSpec, baseline_point, is_complete, notebook_code_hash, point_fingerprint
 
 SIG_PERMUTATIONS = 10_000
@@ -93,7 +93,7 @@ class Gathered:
     scored: dict[str, dict] = field(default_factory=dict)
 
     def key(self, col: str) -> tuple[str, str]:
-        return self.keys.get(col, (METRIC_GROUP, col))
+        return self.keys.get(col) or registry_key(col)
 
     def direction(self, col: str) -> str:
         """higher | lower | neutral, from the registry (UnregisteredMetric if it is not declared)."""
@@ -101,7 +101,7 @@ class Gathered:
 
     @staticmethod
     def question_direction(name: str) -> str:
-        return M.direction(METRIC_GROUP, name)
+        return M.direction(*registry_key(name))
 
     def judged(self, col: str) -> bool:
         """The registry says an LLM judged this column (unregistered: not judged)."""
@@ -126,7 +126,7 @@ class Gathered:
     def unregistered(self) -> list[str]:
         """group/name of every gathered metric and per-question score the registry does not declare."""
         wanted = [self.key(c) for c in self.metric_cols]
-        wanted += [(METRIC_GROUP, n) for n in (sorted(set(self.pq["metric"])) if len(self.pq) else [])]
+        wanted += [registry_key(n) for n in (sorted(set(self.pq["metric"])) if len(self.pq) else [])]
         out = []
         for group, name in dict.fromkeys(wanted):
             try:
@@ -175,7 +175,7 @@ def gather(spec: SweepSpec, points: Sequence[Point], out: Path) -> Gathered:
             for k, v in (data.get("metrics") or {}).items():
                 col = k if k not in row else f"metric.{k}"
                 row[col] = v
-                keys[col] = tuple(reg.get(k) or (METRIC_GROUP, k))
+                keys[col] = tuple(reg.get(k) or registry_key(k))
                 if col not in metric_cols:
                     metric_cols.append(col)
             for q in data.get("per_question") or []:
@@ -228,7 +228,7 @@ def significance(spec: SweepSpec, points: Sequence[Point], g: Gathered) -> dict:
         if sub.empty:
             continue
         direction = g.question_direction(metric)
-        judged = M.is_judged(METRIC_GROUP, metric)
+        judged = M.is_judged(*registry_key(metric))
         table = sub.pivot_table(index="qid", columns="point_id", values="value", aggfunc="first")
         if base.id not in table:
             continue

@@ -15,7 +15,7 @@ import nbformat
 from markupsafe import Markup, escape
 
 from .. import report
-from ..eval import metrics as M
+from .. import metrics as M
 from .gather import Gathered, best_points, is_num, pareto_front
 from .spec import SweepSpec, canon
 
@@ -151,7 +151,7 @@ INDEX_TEMPLATE = """<!DOCTYPE html>
 {% else %}<p>Not scored like a run: no point of this sweep is over an evalset with questions (an HNSW sweep measures the graph against exact search on synthetic and SciFact vectors), so RAGAS and the regression cases do not apply.</p>{% endif %}
 
 <h2>Best point per metric</h2>
-<p>Directions are those of the metric registry (adiyan.eval.metrics); counts and sizes have none. A metric an LLM judged counts only from points whose judge is calibrated reliable: an unreliable judge's values are struck, never best, left out of the plots and of the paired tests.</p>
+<p>Directions are those of the metric registry (adiyan.metrics); counts and sizes have none. A metric an LLM judged counts only from points whose judge is calibrated reliable: an unreliable judge's values are struck, never best, left out of the plots and of the paired tests.</p>
 <table><tr><th>metric</th><th>direction</th><th>best value</th><th>point</th></tr>
 {% for m, b in best_rows %}<tr><td>{{ m }}</td><td>{{ b.direction }}</td><td class="num">{{ fmt(b.value) }}</td><td>{{ b.label }}</td></tr>
 {% endfor %}</table>

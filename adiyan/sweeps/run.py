@@ -259,7 +259,7 @@ def write_outputs(spec: SweepSpec, points: Sequence[Point], out: Path, *, engine
     g = gather(spec, points, out)
     missing = g.unregistered()
     if missing:
-        raise SweepError(f"sweep {spec.name}: metric(s) not registered in adiyan.eval.metrics.REGISTRY: "
+        raise SweepError(f"sweep {spec.name}: metric(s) not registered in adiyan.metrics.REGISTRY: "
                          f"{', '.join(missing)}; declare each (group, name, direction) there")
     table = pa.Table.from_pandas(g.runs, preserve_index=False)
     meta = dict(table.schema.metadata or {})

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 import nbformat
 
 from ..config import read_yaml_mapping
+from ..experiments.common import POINT_FORMAT
 
 SWEEPS_DIR = Path("sweeps")
 OUT_ROOT = Path("reports") / "sweeps"
@@ -203,7 +204,7 @@ def notebook_code_hash(path: str | os.PathLike) -> str:
 
 def point_fingerprint(spec: SweepSpec, point: Point, code_hash: str | None = None) -> str:
     code_hash = code_hash or notebook_code_hash(spec.notebook)
-    return sha({"notebook": code_hash, "params": point.notebook_params, "id": point.id})[:16]
+    return sha({"notebook": code_hash, "params": point.notebook_params, "id": point.id, "format": POINT_FORMAT})[:16]
 
 
 def is_complete(point_dir: str | os.PathLike, fingerprint: str | None = None) -> bool:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..eval import metrics as M
+from .. import metrics as M
 from ..eval.evalset import load_evalset, materialize_beir
 from ..eval.harness import IR_DEPTH, close_index, open_index, per_question_ir, question_rows
 from ..factory import open_embedder, open_retriever

@@ -108,7 +108,7 @@ def chunk_dilution(settings, embedder) -> IncidentResult:
                         kept = retriever.retrieve_knowledge_base(v["question"], OWNER, top_k=n_chunks).chunks
                         row[f"{label}_kept"] = any(c.source == source and v["fact"] in c.text for c in kept)
             finally:
-                kb.store.close()
+                kb.close()
     for v in variants:
         row = rows[v["id"]]
         row["question_tokens"] = count_tokens(embedder, embedder.prefix("query") + v["question"])

@@ -84,7 +84,7 @@ def unscoped_search(settings, embedder) -> IncidentResult:
             legacy_owner = sum(legacy["secret"] in c.text for c in after.retrieve_knowledge_base(
                 legacy["question"], legacy["owner"], top_k=10, floor=-1).chunks)
         finally:
-            kb.store.close()
+            kb.close()
     cases = [(r, path) for r in rows for path in PATHS]
     leaks_after = sum(r["after"][path] for r, path in cases)
     leaks_before = sum(r["before"][path] for r, path in cases)

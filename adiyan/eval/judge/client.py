@@ -58,12 +58,11 @@ import re
 import threading
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Literal, NamedTuple, Type
 
 from pydantic import BaseModel, ValidationError
 
-from ...cache import CallCache
+from ...cache import CallCache, call_cache
 from ...models import load_llm
 from ...models.structured import chat_json, preload_validator, structured_mode
 
@@ -463,7 +462,7 @@ def judge_from_settings(settings, *, cache=None, **judge_kwargs) -> Judge | None
                    context_size=settings.llm.context_size, temperature=0.0,
                    max_tokens=getattr(ev, "judge_max_tokens", None) or 512, seed=settings.llm.seed,
                    timeout_s=timeout_s, api_key_env=settings.llm.api_key_env, structured=settings.llm.structured)
-    cache = cache or CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "judge")
+    cache = cache or call_cache(settings, "judge")
     judge_kwargs.setdefault("timeout_s", timeout_s)
     judge_kwargs.setdefault("max_tokens", getattr(ev, "judge_max_tokens", None) or 512)
     return Judge(llm, cache, **judge_kwargs)

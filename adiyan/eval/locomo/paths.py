@@ -214,7 +214,7 @@ def knowledge_base(settings, ls: LocomoSet, embedder, *, progress: bool = False)
                 raise IngestError(f"LoCoMo turns failed to ingest into {kdir}: {failed[:3]}")
             kb.finish_ingest()
         finally:
-            kb.store.close()
+            kb.close()
         return {"key": store_key(ls, embedder, "kb"), "documents": len(items)}
 
     built_s = build_once(kdir, build)

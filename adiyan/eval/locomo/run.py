@@ -17,24 +17,20 @@ it measures nothing). The LLM judge is not run on LoCoMo (a warning says so).
 from __future__ import annotations
 
 import json
-import platform
 import random
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ... import __version__
-from ...cache import CallCache
+from ...cache import call_cache
 from ...context import answer as answer_turn
 from ...context import assemble
 from ...factory import open_embedder, open_llm
-from ...report import write_run_report
-from ...report.index import write_index
 from ...retrieval.pipeline import UnsupportedSetting
-from .. import metrics as M
+from ... import metrics as M
 from ..ragas_metrics import score_non_llm, summarize
+from ..record import RunRecord
 from . import paths as P
 from .data import CATEGORIES, LocomoSet, load_locomo
 from .report import add_section
@@ -124,7 +120,7 @@ def evaluate(settings, ls: LocomoSet, embedder, *, paths=P.PATHS, progress: bool
                 if keep_chunks and q.qid in keep_chunks:
                     chunks[q.qid] = res.chunks[: settings.retrieval.kb_top_k]
         finally:
-            kb.store.close()
+            kb.close()
         info["timings"]["kb_s"] = time.perf_counter() - t0
     rows = []
     for q in qs:
@@ -242,12 +238,9 @@ def run_locomo(settings, *, progress: bool = True, run_id: str | None = None, in
     refuse(settings)
     t_start = time.perf_counter()
     ls = load_locomo(settings.eval.evalset).select(settings.eval.locomo_conversations)
-    run_id = run_id or (datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + settings.config_hash()[:6])
-    run_dir = Path(settings.paths.reports_dir) / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(settings.to_yaml(), encoding="utf-8")
+    record = RunRecord.for_settings(settings, run_id)
     embedder = open_embedder(settings, progress=progress)
-    answer_cache = CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "answer")
+    answer_cache = call_cache(settings, "answer")
     sample = answer_sample(ls, settings.eval.locomo_answer_per_category, settings.seed) if settings.eval.generate \
         else []
     rows, info = evaluate(settings, ls, embedder, progress=progress, keep_chunks=set(sample), answer_cache=answer_cache)
@@ -267,16 +260,14 @@ def run_locomo(settings, *, progress: bool = True, run_id: str | None = None, in
         timings["generate_s"] = 0.0
     if incidents is not None:
         t0 = time.perf_counter()
-        groups["incidents"] = incidents(embedder, run_dir)
+        groups["incidents"] = incidents(embedder, record.dir)
         timings["incidents_s"] = time.perf_counter() - t0
     timings["ingest_s"] = timings.get("mem0_build_s", 0.0) + timings.get("kb_build_s", 0.0)
     timings["total_s"] = time.perf_counter() - t_start
     known = {c.id: {t.dia_id for t in c.turns} for c in ls.conversations}
     unmatched = [{"qid": r["id"], "evidence": e} for r in rows for e in r["evidence"] if e not in known[r["conversation"]]]
     out = {
-        "run_id": run_id, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "adiyan_version": __version__, "python": platform.python_version(),
-        "config_hash": settings.config_hash(), "config": settings.to_dict(),
+        **record.envelope(settings),
         "models": {"embedder": embedder.describe(), "llm": ({"id": llm.id} if llm else None), "judge": None},
         "dataset": {"name": ls.name, "kind": "locomo", "path": str(ls.path), "hash": ls.content_hash(),
                     "n_conversations": len(ls.conversations), "n_questions": len(rows), "n_turns": len(ls.turns()),
@@ -292,15 +283,9 @@ def run_locomo(settings, *, progress: bool = True, run_id: str | None = None, in
         "cache": {"embeddings": embedder.stats.as_dict(), "answers": answer_cache.stats.as_dict(),
                   "hits": embedder.stats.hits, "misses": embedder.stats.misses},
     }
-    (run_dir / "metrics.json").write_text(json.dumps(out, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
-    write_run_report(run_dir)  # the generic page first (before questions.jsonl: its per-question plots do not apply)
-    with open(run_dir / "questions.jsonl", "w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps({k: v for k, v in r.items() if not k.startswith("_")}, ensure_ascii=False,
-                               default=str) + "\n")
-    add_section(run_dir, out, rows)
-    write_index(Path(settings.paths.reports_dir))
-    return run_dir
+    # the generic page is written before questions.jsonl: its per-question plots do not apply
+    return record.finish(out, [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
+                         rows_in_report=False, section=lambda run_dir: add_section(run_dir, out, rows))
 
 
 def summary_lines(run_dir: Path) -> list[str]:

@@ -84,31 +84,79 @@ def _m(group, name, direction, lo=None, hi=None, judged=False, description=""):
 
 
 _UNIT = dict(lo=0.0, hi=1.0)
+
+# -- What each scorer of adiyan/eval/scorers.py produces, by scorer: the scorer's declaration. A
+#    scorer writes the metrics.json group of its name and only names its block declares
+#    (tests/test_scorers.py), so adding a metric is one line here beside its computation there.
+#    ``{k}`` is the configured ``retrieval.kb_top_k`` (a sweep column writes it ``@k``, the same
+#    column at every point), ``{depth}`` a fixed ranking depth.
+SCORED: dict[str, tuple[Metric, ...]] = {
+    "retrieval": (  # over source keys, at the configured k and (ranx) at depth 10
+        _m("retrieval", "hit_rate@{k}", HIGHER, **_UNIT, description="share of answerable questions with a gold source in the top k"),
+        _m("retrieval", "mrr@{k}", HIGHER, **_UNIT, description="mean reciprocal rank of the first gold source in the top k"),
+        _m("retrieval", "ndcg@{depth}", HIGHER, **_UNIT, description="nDCG over the source ranking (ranx)"),
+        _m("retrieval", "recall@{depth}", HIGHER, **_UNIT, description="share of gold sources in the source ranking (ranx)"),
+        _m("retrieval", "mrr@{depth}", HIGHER, **_UNIT, description="mean reciprocal rank over the source ranking (ranx)"),
+        _m("retrieval", "map@{depth}", HIGHER, **_UNIT, description="mean average precision over the source ranking (ranx)"),
+        _m("retrieval", "transform_failures", LOWER, lo=0.0, description="questions whose query transformation fell back (empty HyDE passage)"),
+    ),
+    "by_kind": (
+        _m("by_kind", "hit_rate.{kind}", HIGHER, **_UNIT, description="hit rate at k per question kind"),
+    ),
+    "privacy": (
+        _m("privacy", "private_chunks_leaked", LOWER, lo=0.0, description="another owner's private chunks in any ranking (must be 0)"),
+        _m("privacy", "probe_questions", NEUTRAL, lo=0.0),
+        _m("privacy", "probes_leaked", LOWER, lo=0.0, description="private-leak probes whose private document reached the asker"),
+        _m("privacy", "probes_owner_retrieved", HIGHER, **_UNIT, description="share of probes whose document its owner retrieves with the same question (the probe can fail)"),
+    ),
+    "ocr": (
+        _m("ocr", "hit_rate", HIGHER, **_UNIT, description="hit rate of questions only an image holds the answer to"),
+        _m("ocr", "questions", NEUTRAL, lo=0.0),
+    ),
+    "answer": (
+        _m("answer", "keyword_recall", HIGHER, **_UNIT, description="answers holding every answer keyword"),
+        _m("answer", "abstain_rate_unanswerable", HIGHER, **_UNIT, description="unanswerable questions the model declined"),
+        _m("answer", "abstain_rate_answerable", LOWER, **_UNIT, description="answerable questions the model declined"),
+    ),
+    "ragas": (  # per question too (questions.jsonl "ragas", per_question.parquet ragas.NAME)
+        _m("ragas", "id_based_context_precision", HIGHER, **_UNIT, description="RAGAS ID-based context precision over the top-k sources"),
+        _m("ragas", "id_based_context_recall", HIGHER, **_UNIT, description="RAGAS ID-based context recall over the top-k sources"),
+        _m("ragas", "non_llm_string_similarity", HIGHER, **_UNIT, description="RAGAS string similarity to the gold answer"),
+        _m("ragas", "rouge_score", HIGHER, **_UNIT, description="RAGAS ROUGE-L F against the gold answer"),
+        _m("ragas", "exact_match", HIGHER, **_UNIT, description="RAGAS exact match with the gold answer"),
+        _m("ragas", "bleu_score", HIGHER, **_UNIT, description="sacreBLEU of the answer against the gold answer (one segment, /100)"),
+        _m("ragas", "chrf_score", HIGHER, **_UNIT, description="sacreBLEU chrF (character 6-grams, beta 2) of the answer against the gold answer, /100"),
+    ),
+    "conversation": (  # a conversation replay (adiyan/eval/conversations.py), per turn at the turns' times
+        _m("conversation", "hit_rate_raw@{k}", HIGHER, **_UNIT, description="turns with a gold source in the top k, the message searched as written"),
+        _m("conversation", "hit_rate_rewrite@{k}", HIGHER, **_UNIT, description="the same with the history rewrite (standalone question)"),
+        _m("conversation", "mrr_raw@{k}", HIGHER, **_UNIT),
+        _m("conversation", "mrr_rewrite@{k}", HIGHER, **_UNIT),
+        _m("conversation", "followup_hit_rate_raw@{k}", HIGHER, **_UNIT, description="pronoun and ellipsis follow-ups only, as written"),
+        _m("conversation", "followup_hit_rate_rewrite@{k}", HIGHER, **_UNIT, description="pronoun and ellipsis follow-ups only, rewritten"),
+        _m("conversation", "memory_precision", HIGHER, **_UNIT, description="of the facts in a turn's context, the share it should recall"),
+        _m("conversation", "memory_recall", HIGHER, **_UNIT, description="of the facts a turn should recall, the share in its context"),
+        _m("conversation", "stale_fact_rate", LOWER, **_UNIT, description="turns whose context holds a fact a later one corrected"),
+        _m("conversation", "keyword_recall", HIGHER, **_UNIT, description="answers holding every answer keyword"),
+        _m("conversation", "history_kept_share", NEUTRAL, **_UNIT, description="history turns in the window relevant enough to keep"),
+        _m("conversation", "transform_failures", LOWER, lo=0.0, description="turns whose LLM rewrite came back empty"),
+        _m("conversation", "turns", NEUTRAL, lo=0.0),
+        _m("conversation", "conversations", NEUTRAL, lo=0.0),
+    ),
+}
+# The agent's answers go through the answer and string scorers (adiyan/eval/agent_eval.py): the
+# same entries under ``agent_<group>``.
+AGENT_SCORED = ("answer", "ragas")
+AGENT_PREFIX = "agent_"
+
+
+def _agent(m: Metric) -> Metric:
+    return Metric(m.name, AGENT_PREFIX + m.group, m.direction, m.lo, m.hi, m.judged, m.description)
+
+
 REGISTRY: tuple[Metric, ...] = (
-    # -- invoke eval: retrieval over source keys, at the configured k and at depth 10
-    _m("retrieval", "hit_rate@{k}", HIGHER, **_UNIT, description="share of answerable questions with a gold source in the top k"),
-    _m("retrieval", "mrr@{k}", HIGHER, **_UNIT, description="mean reciprocal rank of the first gold source in the top k"),
-    _m("retrieval", "ndcg@{k}", HIGHER, **_UNIT, description="nDCG over the source ranking (ranx)"),
-    _m("retrieval", "recall@{k}", HIGHER, **_UNIT, description="share of gold sources in the source ranking (ranx)"),
-    _m("retrieval", "map@{k}", HIGHER, **_UNIT, description="mean average precision over the source ranking (ranx)"),
-    _m("retrieval", "precision@{k}", HIGHER, **_UNIT),
-    _m("retrieval", "transform_failures", LOWER, lo=0.0, description="questions whose query transformation fell back (empty HyDE passage)"),
-    _m("by_kind", "hit_rate.{kind}", HIGHER, **_UNIT, description="hit rate at k per question kind"),
-    _m("privacy", "private_chunks_leaked", LOWER, lo=0.0, description="another owner's private chunks in any ranking (must be 0)"),
-    _m("privacy", "probe_questions", NEUTRAL, lo=0.0),
-    _m("privacy", "probes_leaked", LOWER, lo=0.0, description="private-leak probes whose private document reached the asker"),
-    _m("privacy", "probes_owner_retrieved", HIGHER, **_UNIT, description="share of probes whose document its owner retrieves with the same question (the probe can fail)"),
-    _m("ocr", "hit_rate", HIGHER, **_UNIT, description="hit rate of questions only an image holds the answer to"),
-    _m("ocr", "questions", NEUTRAL, lo=0.0),
-    _m("answer", "keyword_recall", HIGHER, **_UNIT, description="answers holding every answer keyword"),
-    _m("answer", "abstain_rate_unanswerable", HIGHER, **_UNIT, description="unanswerable questions the model declined"),
-    _m("answer", "abstain_rate_answerable", LOWER, **_UNIT, description="answerable questions the model declined"),
-    _m("ragas", "id_based_context_precision", HIGHER, **_UNIT),
-    _m("ragas", "id_based_context_recall", HIGHER, **_UNIT),
-    _m("ragas", "non_llm_string_similarity", HIGHER, **_UNIT),
-    _m("ragas", "rouge_score", HIGHER, **_UNIT),
-    _m("ragas", "exact_match", HIGHER, **_UNIT),
-    _m("ragas", "bleu_score", HIGHER, **_UNIT, description="sacreBLEU of the answer against the gold answer (one segment, /100)"),
+    *(m for block in SCORED.values() for m in block),
+    *(_agent(m) for group in AGENT_SCORED for m in SCORED[group]),
     _m("ragas_llm", "judge_agreement", HIGHER, **_UNIT, description="the judge's agreement with labelled pairs"),
     _m("ragas_llm", "judge_agreement_ci_low", HIGHER, **_UNIT, description="lower bound of its 95% confidence interval"),
     _m("ragas_llm", "judge_agreement_ci_high", NEUTRAL, **_UNIT, description="upper bound of its 95% Wilson interval"),
@@ -140,17 +188,14 @@ REGISTRY: tuple[Metric, ...] = (
     _m("floor", "irrelevant_top_k", NEUTRAL, lo=0.0, description="top-k chunks from any other source, without a floor"),
     _m("floor", "irrelevant_below_floor", HIGHER, lo=0.0, description="of those, scoring under the floor (removed when applied)"),
     _m("floor", "irrelevant_below_floor_share", HIGHER, **_UNIT),
-    # -- per-point experiment metrics (sweeps): retrieval at the point's own k
-    _m("sweep", "hit_rate", HIGHER, **_UNIT, description="hit rate at the point's retrieval.kb_top_k"),
-    _m("sweep", "mrr", HIGHER, **_UNIT, description="MRR at the point's retrieval.kb_top_k"),
-    _m("sweep", "ndcg@{k}", HIGHER, **_UNIT),
-    _m("sweep", "recall@{k}", HIGHER, **_UNIT),
-    _m("sweep", "hit_rate.{kind}", HIGHER, **_UNIT),
+    # -- an experiment's own per-point metrics and per-question scores (group "sweep"). A run metric
+    #    a point records keeps the run's name, ``group.name`` (retrieval.hit_rate@k, ragas.rouge_score,
+    #    incidents.principles_holding_share, adiyan/experiments/common.py): never a renamed copy here.
+    _m("sweep", "mrr", HIGHER, **_UNIT, description="memory: MRR of the expected memory"),
+    _m("sweep", "recall@{k}", HIGHER, **_UNIT, description="hnsw: recall against exact search; LoCoMo: per question"),
     _m("sweep", "context_tokens", LOWER, lo=0.0, description="tokens of the top-k context (the cost side of k)"),
     _m("sweep", "retrieve_ms", LOWER, lo=0.0),
     _m("sweep", "retrieve_p95_ms", LOWER, lo=0.0),
-    _m("sweep", "private_leaked", LOWER, lo=0.0),
-    _m("sweep", "transform_failures", LOWER, lo=0.0),
     _m("sweep", "n_chunks", NEUTRAL, lo=0.0),
     _m("sweep", "index_build_s", LOWER, lo=0.0),
     _m("sweep", "chunking_s", LOWER, lo=0.0),
@@ -187,17 +232,11 @@ REGISTRY: tuple[Metric, ...] = (
     _m("sweep", "disk_quantized_kb", LOWER, lo=0.0),
     _m("sweep", "disk_hnsw_kb", LOWER, lo=0.0),
     _m("sweep", "quantized_built", NEUTRAL, **_UNIT, description="dims: 1 when the shard holds int8 codes"),
-    _m("sweep", "keyword_recall", HIGHER, **_UNIT, description="context: answers holding every answer keyword"),
     _m("sweep", "gold_in_context", HIGHER, **_UNIT, description="context: a gold source survived into the context"),
-    _m("sweep", "abstain_rate_answerable", LOWER, **_UNIT),
-    _m("sweep", "abstain_rate_unanswerable", HIGHER, **_UNIT),
     _m("sweep", "truncated_share", NEUTRAL, **_UNIT, description="context: answers whose context the budget cut"),
     _m("sweep", "generate_s", LOWER, lo=0.0),
     _m("sweep", "answer_cache_hits", NEUTRAL, lo=0.0),
     _m("sweep", "answer_cache_misses", NEUTRAL, lo=0.0),
-    _m("sweep", "principles_holding_share", HIGHER, **_UNIT),
-    _m("sweep", "{n}_{name}_holds", HIGHER, **_UNIT),
-    _m("sweep", "{n}_{name}_variants_held", HIGHER, **_UNIT, description="incidents: share of authored variants that hold"),
     _m("sweep", "variants_held", HIGHER, **_UNIT, description="per incident: share of its authored variants that hold"),
     # -- per-question scores the experiments record (paired tests against a sweep's baseline)
     _m("sweep", "hit", HIGHER, **_UNIT, description="per question: a gold source in the top k"),
@@ -213,14 +252,8 @@ REGISTRY: tuple[Metric, ...] = (
     _m("sweep", "holds", HIGHER, **_UNIT),
     _m("sweep", "seconds", LOWER, lo=0.0),
     # -- a sweep point scored like a run (adiyan/experiments/scoring.py): the run groups' metrics as
-    #    ragas.NAME / ragas_llm.NAME / regression.ID / answer.NAME columns, plus these
+    #    ragas.NAME / ragas_llm.NAME / regression.ID / answer.NAME columns (per question ragas.NAME), plus
     _m("sweep", "answered_questions", NEUTRAL, lo=0.0, description="questions answered at the point (RAGAS string metrics are over these)"),
-    _m("sweep", "id_based_context_precision", HIGHER, **_UNIT, description="per question: RAGAS ID-based context precision"),
-    _m("sweep", "id_based_context_recall", HIGHER, **_UNIT, description="per question: RAGAS ID-based context recall"),
-    _m("sweep", "non_llm_string_similarity", HIGHER, **_UNIT, description="per question: RAGAS string similarity to the gold answer"),
-    _m("sweep", "rouge_score", HIGHER, **_UNIT, description="per question: RAGAS ROUGE-L F against the gold answer"),
-    _m("sweep", "exact_match", HIGHER, **_UNIT, description="per question: RAGAS exact match with the gold answer"),
-    _m("sweep", "bleu_score", HIGHER, **_UNIT, description="per question: sacreBLEU against the gold answer (/100)"),
     # -- invoke eval's timings (metrics.json "timings"), read by the eval sweep as timings.NAME
     _m("timings", "ingest_s", LOWER, lo=0.0),
     _m("timings", "retrieve_s", LOWER, lo=0.0),
@@ -233,15 +266,6 @@ REGISTRY: tuple[Metric, ...] = (
     # -- agent mode (eval.mode=agent, adiyan/eval/agent_eval.py): the agent's answers through the
     #    single-shot scorers, and what only an agent has (counts from each question's first run,
     #    latency over eval.agent_repeats runs)
-    _m("agent_answer", "keyword_recall", HIGHER, **_UNIT, description="the agent's answers holding every answer keyword"),
-    _m("agent_answer", "abstain_rate_unanswerable", HIGHER, **_UNIT),
-    _m("agent_answer", "abstain_rate_answerable", LOWER, **_UNIT),
-    _m("agent_ragas", "id_based_context_precision", HIGHER, **_UNIT, description="over the sources of the agent's findings"),
-    _m("agent_ragas", "id_based_context_recall", HIGHER, **_UNIT),
-    _m("agent_ragas", "non_llm_string_similarity", HIGHER, **_UNIT),
-    _m("agent_ragas", "rouge_score", HIGHER, **_UNIT),
-    _m("agent_ragas", "exact_match", HIGHER, **_UNIT),
-    _m("agent_ragas", "bleu_score", HIGHER, **_UNIT),
     _m("agent", "questions", NEUTRAL, lo=0.0),
     _m("agent", "repeats", NEUTRAL, lo=0.0, description="runs per question (the latency spread is over these)"),
     _m("agent", "max_steps", NEUTRAL, lo=0.0),
@@ -274,48 +298,11 @@ REGISTRY: tuple[Metric, ...] = (
     _m("agent", "tool_calls.{tool}", NEUTRAL, lo=0.0, description="calls of this tool per question"),
     _m("timings", "agent_s", LOWER, lo=0.0, description="the agent over every question and repeat"),
     # -- the agent experiment's point (adiyan/experiments/agent.py; sweep agent): agent mode's
-    #    metrics.json flattened, single-shot keyword_recall / keyword_hit beside the agent's
-    _m("sweep", "agent_keyword_recall", HIGHER, **_UNIT, description="agent: answers holding every answer keyword"),
-    _m("sweep", "agent_abstain_rate_answerable", LOWER, **_UNIT),
-    _m("sweep", "agent_abstain_rate_unanswerable", HIGHER, **_UNIT),
-    _m("sweep", "agent_steps_mean", LOWER, lo=0.0),
-    _m("sweep", "agent_cap_hit_rate", LOWER, **_UNIT),
-    _m("sweep", "agent_scratchpad_trims", NEUTRAL, lo=0.0),
-    _m("sweep", "agent_grounded_answer_rate", HIGHER, **_UNIT),
-    _m("sweep", "agent_decision_parse_rate", HIGHER, **_UNIT),
-    _m("sweep", "agent_refusals", NEUTRAL, lo=0.0),
-    _m("sweep", "agent_private_observed", LOWER, lo=0.0, description="must be 0"),
-    _m("sweep", "agent_repeat_agreement", HIGHER, **_UNIT),
-    _m("sweep", "agent_latency_p50_s", LOWER, lo=0.0),
-    _m("sweep", "agent_latency_p95_s", LOWER, lo=0.0),
-    _m("sweep", "agent_latency_std_s_mean", LOWER, lo=0.0),
-    _m("sweep", "agent_latency_range_s_max", LOWER, lo=0.0),
-    _m("sweep", "agent_s", LOWER, lo=0.0, description="agent: wall time over every question and repeat"),
+    #    metrics.json as group.name columns; per question single-shot keyword_hit beside the agent's
     _m("sweep", "agent_keyword_hit", HIGHER, **_UNIT, description="per question: the agent's answer holds every keyword"),
     _m("sweep", "agent_steps", NEUTRAL, lo=0.0, description="per question: the agent's steps (first run)"),
     _m("sweep", "agent_latency_s", LOWER, lo=0.0, description="per question: median latency over the repeats"),
-    # -- conversations (adiyan/eval/conversations.py): per turn, replayed at the turns' times
-    _m("conversation", "hit_rate_raw@{k}", HIGHER, **_UNIT, description="turns with a gold source in the top k, the message searched as written"),
-    _m("conversation", "hit_rate_rewrite@{k}", HIGHER, **_UNIT, description="the same with the history rewrite (standalone question)"),
-    _m("conversation", "mrr_raw@{k}", HIGHER, **_UNIT),
-    _m("conversation", "mrr_rewrite@{k}", HIGHER, **_UNIT),
-    _m("conversation", "followup_hit_rate_raw@{k}", HIGHER, **_UNIT, description="pronoun and ellipsis follow-ups only, as written"),
-    _m("conversation", "followup_hit_rate_rewrite@{k}", HIGHER, **_UNIT, description="pronoun and ellipsis follow-ups only, rewritten"),
-    _m("conversation", "memory_precision", HIGHER, **_UNIT, description="of the facts in a turn's context, the share it should recall"),
-    _m("conversation", "memory_recall", HIGHER, **_UNIT, description="of the facts a turn should recall, the share in its context"),
-    _m("conversation", "stale_fact_rate", LOWER, **_UNIT, description="turns whose context holds a fact a later one corrected"),
-    _m("conversation", "keyword_recall", HIGHER, **_UNIT, description="answers holding every answer keyword"),
-    _m("conversation", "history_kept_share", NEUTRAL, **_UNIT, description="history turns in the window relevant enough to keep"),
-    _m("conversation", "transform_failures", LOWER, lo=0.0, description="turns whose LLM rewrite came back empty"),
-    _m("conversation", "turns", NEUTRAL, lo=0.0),
-    _m("conversation", "conversations", NEUTRAL, lo=0.0),
     _m("timings", "replay_s", LOWER, lo=0.0, description="conversations: replaying every turn"),
-    _m("sweep", "hit_rate_raw", HIGHER, **_UNIT, description="conversations: hit rate at k, message as written"),
-    _m("sweep", "hit_rate_rewrite", HIGHER, **_UNIT, description="conversations: hit rate at k, history rewrite"),
-    _m("sweep", "memory_precision", HIGHER, **_UNIT),
-    _m("sweep", "memory_recall", HIGHER, **_UNIT),
-    _m("sweep", "stale_fact_rate", LOWER, **_UNIT),
-    _m("sweep", "history_kept_share", NEUTRAL, **_UNIT),
     _m("sweep", "hit_raw", HIGHER, **_UNIT, description="per turn: a gold source in the top k, message as written"),
     _m("sweep", "rr_raw", HIGHER, **_UNIT),
     _m("sweep", "stale_in_context", LOWER, **_UNIT, description="per turn: a corrected fact's old version reached the context"),
@@ -323,8 +310,8 @@ REGISTRY: tuple[Metric, ...] = (
     _m("sweep", "history_dropped", NEUTRAL, lo=0.0),
     _m("sweep", "turn", NEUTRAL, lo=0.0),
     # -- LoCoMo (adiyan/eval/locomo): evidence recall of each path, answers on a sample; its sweep
-    _m("locomo", "{path}.recall@{k}", HIGHER, **_UNIT, description="LoCoMo evidence recall: share of a question's evidence turns retrieved"),
-    _m("locomo", "{path}.ndcg@{k}", HIGHER, **_UNIT, description="nDCG over the evidence turns (binary gains)"),
+    _m("locomo", "{path}.recall@{depth}", HIGHER, **_UNIT, description="LoCoMo evidence recall: share of a question's evidence turns retrieved"),
+    _m("locomo", "{path}.ndcg@{depth}", HIGHER, **_UNIT, description="nDCG over the evidence turns (binary gains)"),
     _m("locomo", "context.recall", HIGHER, **_UNIT, description="evidence recall of the three-part context at the configured memory.top_k"),
     _m("locomo", "questions", NEUTRAL, lo=0.0),
     _m("locomo", "turns", NEUTRAL, lo=0.0),
@@ -335,11 +322,7 @@ REGISTRY: tuple[Metric, ...] = (
     _m("locomo_answer", "abstain_rate.{category}", NEUTRAL, **_UNIT, description="answers the workbench's abstention check flags"),
     _m("locomo_answer", "answered", NEUTRAL, lo=0.0, description="questions answered (the sample)"),
     _m("locomo_answer", "wiring", NEUTRAL, **_UNIT, description="1: the embedded model answered; the scores prove the wiring only"),
-    _m("sweep", "memory_recall@{k}", HIGHER, **_UNIT, description="LoCoMo: evidence recall of memory search with recency"),
-    _m("sweep", "memory_ndcg@10", HIGHER, **_UNIT, description="LoCoMo: nDCG@10 of memory search with recency"),
-    _m("sweep", "similarity_recall@{k}", HIGHER, **_UNIT, description="LoCoMo: evidence recall of memory search by similarity"),
-    _m("sweep", "context_recall", HIGHER, **_UNIT, description="LoCoMo: evidence recall of the three-part context"),
-    _m("sweep", "context_recall@{k}", HIGHER, **_UNIT, description="LoCoMo: evidence recall of the context with memory.top_k=k"),
+    _m("sweep", "context_recall", HIGHER, **_UNIT, description="LoCoMo, per question: evidence recall of the three-part context"),
     _m("sweep", "context_size", NEUTRAL, lo=0.0, description="LoCoMo: turns in the three-part context"),
 )
 
@@ -378,7 +361,12 @@ def lookup(group: str, name: str) -> Metric:
     for m in candidates:
         if "{" in m.name and m.pattern().match(name):
             return m
-    raise UnregisteredMetric(f"metric {group}/{name} is not registered in adiyan.eval.metrics.REGISTRY")
+    raise UnregisteredMetric(f"metric {group}/{name} is not registered in adiyan.metrics.REGISTRY")
+
+
+def groups_declaring(name: str) -> list[str]:
+    """The groups with an entry of exactly this name (``rouge_score``: ragas, agent_ragas)."""
+    return [m.group for m in REGISTRY if m.name == name]
 
 
 def direction(group: str, name: str) -> str:
