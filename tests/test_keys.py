@@ -122,7 +122,8 @@ def test_the_index_key_changes_with_every_setting_the_build_reads():
             else:
                 assert harness.index_key(other, "h", "minilm|x|y") != key, f"{dotted} does not change the index key"
                 checked += 1
-    assert checked >= 28 and set(harness.QUERY_TIME) == {"store.hnsw_ef", "store.exact"}
+    assert checked >= 28 and set(harness.QUERY_TIME) == {"store.hnsw_ef", "store.exact",
+                                                         "store.quantization_oversampling"}
     assert harness.index_key(base, "h", "minilm|x|z") != key  # the weights
 
 
