@@ -193,11 +193,12 @@ def windows_of(text: str, w: int, max_chars: int, unit: str) -> list[str]:
 # -- the pool ---------------------------------------------------------------------------------------
 def build_pool(shared: Path, target: int, *, chunking: ChunkingConfig | None = None,
                max_window: int = 40, seed: int = 0) -> tuple[list[Doc], list[tuple[str, str]], dict]:
-    """(documents holding exactly ``target`` chunks, held-out questions, what they are made of).
+    """(documents holding ``target`` chunks, held-out questions, what they are made of).
 
     The documents come in a seeded random order (source documents and windows mixed), so any
     prefix of them is a sample of the whole with the same make-up; :func:`take` cuts a prefix of
-    exactly n chunks.
+    exactly n chunks. Below the source documents' own chunk count (18,268 with the defaults) the
+    pool is the source documents alone, holding more than ``target``: cut it with :func:`take`.
     """
     chunking = chunking or ChunkingConfig()
     texts = source_texts(shared)
@@ -213,11 +214,9 @@ def build_pool(shared: Path, target: int, *, chunking: ChunkingConfig | None = N
             docs.append(Doc(name, text, source, "document", chunks))
             seen.update(chunks)
     n_doc_chunks = sum(len(d.chunks) for d in docs)
-    if n_doc_chunks > target:
-        raise ValueError(f"the source documents alone hold {n_doc_chunks} chunks, more than {target}")
     windows: list[Doc] = []
     levels: list[dict] = []
-    need = target - n_doc_chunks
+    need = max(0, target - n_doc_chunks)
     for unit in ("sentence", "clause"):
         for w in range(1, max_window + 1):
             if len(windows) >= need:
@@ -272,19 +271,23 @@ def composition(pool: list[Doc], levels: list[dict], dropped_questions: int = 0)
             "mean_chunk_chars": round(sum(len(c) for d in pool for c in d.chunks) / max(1, total_chunks), 1)}
 
 
-def take(pool: list[Doc], n: int) -> list[Doc]:
-    """The first documents of ``pool`` holding exactly ``n`` chunks (a multi-chunk document that
-    would overshoot is skipped; one-chunk windows fill the rest)."""
+def take_indices(pool: list[Doc], n: int) -> list[int]:
+    """Positions of the first documents of ``pool`` holding exactly ``n`` chunks (a multi-chunk
+    document that would overshoot is skipped; one-chunk windows fill the rest)."""
     out, total = [], 0
-    for d in pool:
+    for i, d in enumerate(pool):
         if total == n:
             break
         if total + len(d.chunks) <= n:
-            out.append(d)
+            out.append(i)
             total += len(d.chunks)
     if total != n:
         raise ValueError(f"cannot cut exactly {n} chunks from a pool of {sum(len(d.chunks) for d in pool)}")
     return out
+
+
+def take(pool: list[Doc], n: int) -> list[Doc]:
+    return [pool[i] for i in take_indices(pool, n)]
 
 
 # -- owners and visibilities ------------------------------------------------------------------------
