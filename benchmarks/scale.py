@@ -674,6 +674,64 @@ def plot(result: dict, out: Path) -> Path:
     return out
 
 
+# -- the Markdown tables of docs/scale.md --------------------------------------------------------------------
+def _q(quant: str, setting: str = "default") -> str:
+    name = {"none": "float32", "int8": "int8", "binary": "binary"}[quant]
+    return name if setting == "default" else f"{name}, {setting.replace('_', ' ')}"
+
+
+def tables(result: dict) -> str:
+    """The composition, build and query tables of a run, as Markdown (what docs/scale.md shows)."""
+    gib = 1024 ** 3
+    comp = result["composition"]
+    lines = [f"Measured {result['machine']['measured_at'][:10]}, engine `{result['engine']}`, "
+             f"{result['queries']['n']} held-out questions, k = {result['k']}.", "",
+             "| source | documents (chunks) | sentence windows | clause windows | mean characters |",
+             "|---|---:|---:|---:|---:|"]
+    for src, row in comp["per_source"].items():
+        d = row.get("document", {"documents": 0, "chunks": 0})
+        sw = row.get("sentence_window", {}).get("chunks", 0)
+        cw = row.get("clause_window", {}).get("chunks", 0)
+        n = d["chunks"] + sw + cw
+        mean = sum(row[k]["mean_chars"] * row[k]["chunks"] for k in row) / max(1, n)
+        lines.append(f"| {src} | {d['documents']:,} ({d['chunks']:,}) | {sw:,} | {cw:,} | {mean:.0f} |")
+    k = comp["chunks_by_kind"]
+    lines.append(f"| **all** | {k.get('document', 0):,} chunks | {k.get('sentence_window', 0):,} | "
+                 f"{k.get('clause_window', 0):,} | {comp['mean_chunk_chars']:.0f} |")
+    lines += ["", "| chunks | quantization | write path, chunks/s (model not called) | embedder alone, chunks/s | "
+              "cold write path / embedder alone | HNSW build (optimize) s | query process RSS GiB (model alone) | "
+              "ingest peak RSS GiB | shard GiB: float32 / codes / HNSW / all | raw store GiB |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for p in result["points"]:
+        ing, dk, ram = p["ingest"], p["disk"], p["ram"]["query_process_default"]
+        cm = ing.get("cold_measured")
+        ratio = (f"{cm['ratio_write_path_to_embedder_alone']} (measured, {cm['chunks']:,} chunks)" if cm
+                 else f"{ing['ratio_cold_write_path_to_embedder_alone_estimate']} (estimate)")
+        shard = ("server" if dk.get("shard_bytes") is None else
+                 f"{dk['shard_dense_vectors_bytes'] / gib:.2f} / {dk['shard_quantized_bytes'] / gib:.3f} / "
+                 f"{dk['shard_hnsw_bytes'] / gib:.2f} / {dk['shard_bytes'] / gib:.2f}")
+        lines.append(f"| {p['size']:,} | {_q(p['quantization'])} | {ing['chunks_per_s']:,.0f} | "
+                     f"{ing['embedder_alone_sample']['chunks_per_s']:,.1f} | {ratio} | {p['build']['optimize_s']:,.1f} | "
+                     f"{ram['after_queries']['rss_mib'] / 1024:.2f} ({ram['models_only']['rss_mib'] / 1024:.2f}) | "
+                     f"{p['ram']['ingest_process']['peak_rss_mib'] / 1024:.2f} | {shard} | "
+                     f"{dk['raw_store_bytes'] / gib:.2f} |")
+    for mode in MODES:
+        lines += ["", f"{mode.capitalize()} through the Retriever (top {result['k']}): p50 / p95 / p99 ms and "
+                  f"recall@{result['k']} against exact search, per requester (filter share of the chunks)", "",
+                  "| chunks | quantization | no filter (owner) | access filter 50% (alice) | access filter 5% (bob) |",
+                  "|---:|---|---|---|---|"]
+        for p in result["points"]:
+            for setting in dict.fromkeys(r["query_setting"] for r in p["rows"]):
+                cells = []
+                for f in FILTERS:
+                    r = next(r for r in p["rows"] if r["mode"] == mode and r["filter"] == f
+                             and r["query_setting"] == setting)
+                    cells.append(f"{r['p50_ms']:.1f} / {r['p95_ms']:.1f} / {r['p99_ms']:.1f}, "
+                                 f"**{r[f'recall@{K}_vs_exact']:.3f}**")
+                lines.append(f"| {p['size']:,} | {_q(p['quantization'], setting)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 # -- command line ------------------------------------------------------------------------------------------
 def _child_args(p):
     p.add_argument("--data", required=True)
@@ -706,6 +764,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--no-cold", action="store_true", help="skip the cold write path at the smallest size")
     r.add_argument("--out", default=str(ROOT / "reports" / "benchmarks" / "scale.json"))
     r.add_argument("--plot", default=str(ROOT / "reports" / "benchmarks" / "scale.svg"))
+    tb = sub.add_parser("table", help="the Markdown tables of a run's JSON (docs/scale.md)")
+    tb.add_argument("--json", default=str(ROOT / "reports" / "benchmarks" / "scale.json"))
     pl = sub.add_parser("plot", help="the latency and RAM plot of a run's JSON")
     pl.add_argument("--json", default=str(ROOT / "reports" / "benchmarks" / "scale.json"))
     pl.add_argument("--out", default=str(ROOT / "reports" / "benchmarks" / "scale.svg"))
@@ -734,6 +794,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd in ("ingest", "query"):
         res = child_ingest(a) if a.cmd == "ingest" else child_query(a)
         Path(a.out).write_text(json.dumps(res))
+        return 0
+    if a.cmd == "table":
+        print(tables(json.loads(Path(a.json).read_text())), end="")
         return 0
     if a.cmd == "plot":
         print(plot(json.loads(Path(a.json).read_text()), Path(a.out)))
