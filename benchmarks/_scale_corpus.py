@@ -245,7 +245,9 @@ def build_pool(shared: Path, target: int, *, chunking: ChunkingConfig | None = N
                             f"asked for {target}")
     pool = docs + windows
     order = np.random.default_rng(seed).permutation(len(pool))
-    pool = [pool[i] for i in order]
+    # a document that chunks to nothing (Markdown of headings only) is refused by the knowledge base:
+    # dropped after the shuffle, so the order of the rest (and the embedding cache's fill order) stays
+    pool = [pool[i] for i in order if pool[i].chunks]
     held = [(o, q) for o, q in questions if q not in seen]
     return pool, held, composition(pool, levels, len(questions) - len(held))
 

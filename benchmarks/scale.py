@@ -139,9 +139,9 @@ def fill_cache(size: int, *, slice_texts: int = 4096, progress_file: Path | None
     emb = open_embedder(settings_for({"embedder.batch_size": 128}), progress=False)
     texts = [c for d in pool for c in d.chunks]
     t0, embedded_s = time.perf_counter(), 0.0
-    misses0 = emb.stats.misses
     if part == 0:  # the held-out questions every run asks (query prefix: their own cache rows)
         emb.embed([q for _, q in pick_questions(held, 500, seed)], "query")
+    misses0 = emb.stats.misses
     for n_slice, start in enumerate(range(0, len(texts), slice_texts)):
         if n_slice % parts != part:
             continue
@@ -398,18 +398,22 @@ def write_docs(docs: list[corpus.Doc], path: Path, seed: int) -> dict:
     return shares
 
 
-def ground_truth(vectors: np.ndarray, keys: list[str], masks: dict[str, np.ndarray], qv: np.ndarray) -> dict:
-    """Exact top K chunk keys per filter and query: NumPy over the float32 rows, ties by position."""
+def ground_truth(vectors: np.ndarray, keys: list[str], masks: dict[str, np.ndarray], qv: np.ndarray,
+                 floor: float = float("-inf")) -> dict:
+    """Exact top K chunk keys per filter and query: NumPy over the float32 rows, ties by position; like
+    the Retriever's dense search, only chunks scoring at least ``floor`` (the embedder's floor)."""
     out = {}
     for f, mask in masks.items():
         allowed = np.flatnonzero(mask)
         sub = vectors[allowed] if not mask.all() else vectors
+        kk = min(K, len(allowed))
         res = []
         for s in range(0, len(qv), 64):
             sims = qv[s:s + 64] @ sub.T
-            part = np.argpartition(-sims, K - 1, axis=1)[:, :K]
+            part = np.argpartition(-sims, kk - 1, axis=1)[:, :kk]
             for row, cand in zip(sims, part):
                 cand = cand[np.lexsort((cand, -row[cand]))]
+                cand = cand[row[cand] >= floor]
                 idx = allowed[cand] if not mask.all() else cand
                 res.append([keys[i] for i in idx])
         out[f] = res
@@ -417,7 +421,8 @@ def ground_truth(vectors: np.ndarray, keys: list[str], masks: dict[str, np.ndarr
 
 
 def recall(got: list[list[str]], truth: list[list[str]]) -> float:
-    return float(np.mean([len(set(g) & set(t)) / max(1, len(t)) for g, t in zip(got, truth)]))
+    """Mean share of the exact top k found (a query whose exact list is empty: 1 when nothing was found)."""
+    return float(np.mean([len(set(g) & set(t)) / len(t) if t else float(not g) for g, t in zip(got, truth)]))
 
 
 def measure_point(size: int, quant: str, docs: list[corpus.Doc], chunk_idx: np.ndarray, vectors: np.ndarray,
@@ -471,7 +476,7 @@ def measure_point(size: int, quant: str, docs: list[corpus.Doc], chunk_idx: np.n
     vis = np.array([v == "global" for _, v in per_chunk])
     own = np.array([o for o, _ in per_chunk])
     masks = {"all": np.ones(len(keys), bool), "access_50": vis | (own == "alice"), "access_5": vis | (own == "bob")}
-    truth = ground_truth(vectors, keys, masks, qv)
+    truth = ground_truth(vectors, keys, masks, qv, runs["default"]["floor"])
     ref = runs["default"]["exact"]
     rows = []
     for name, q in runs.items():
