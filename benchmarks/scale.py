@@ -69,7 +69,7 @@ K = 10
 MODES = ("dense", "hybrid")
 FILTERS = tuple(corpus.REQUESTERS)  # all (owner role), access_50 (alice), access_5 (bob)
 EMBED_SAMPLE = 300  # chunks the embedder alone is timed on, per point (the estimate of a cold write path)
-COLD_DOCS = 2000  # documents of the smallest point ingested cold, against the embedder alone on their chunks
+COLD_DOCS = 1000  # documents of the smallest point ingested cold, against the embedder alone on their chunks
 BINARY_OVERSAMPLING = 4.0  # binary is also queried with this oversampling (a query-time setting)
 TARGETS = {"recall@10_int8_access_5": 0.95, "dense_p95_ms": 25.0, "ram_gib": 24.0}
 
@@ -637,6 +637,27 @@ def run(sizes=SIZES, quants=QUANTS, n_queries: int = 500, *, engine: str = "edge
     return result
 
 
+def merge(results: list[dict]) -> dict:
+    """Several runs of one pool (e.g. one size each, run apart) as one result: their points in size
+    order, the checks and targets recomputed over all of them. Runs of different pools, engines or
+    query sets are refused."""
+    if not results:
+        raise ValueError("nothing to merge")
+    first = results[0]
+    for r in results[1:]:
+        for key in ("pool_fingerprint", "engine", "queries", "k"):
+            if r[key] != first[key]:
+                raise ValueError(f"cannot merge runs with different {key}: {first[key]!r} and {r[key]!r}")
+    out = {**first, "points": sorted((p for r in results for p in r["points"]),
+                                      key=lambda p: (p["size"], QUANTS.index(p["quantization"])))}
+    out["merged_from"] = [{"measured_at": r["machine"]["measured_at"], "sizes": sorted({p["size"] for p in r["points"]}),
+                           "load_before": r.get("load_before")} for r in results]
+    out["checks"] = checks_for(out["points"])
+    out["target_results"] = targets_for(out["points"])
+    out["ok"] = all(out["checks"].values())
+    return out
+
+
 # -- the plot --------------------------------------------------------------------------------------------
 def plot(result: dict, out: Path) -> Path:
     """Dense p50 / p95 query latency and the query process's RSS against the collection size."""
@@ -769,6 +790,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--no-cold", action="store_true", help="skip the cold write path at the smallest size")
     r.add_argument("--out", default=str(ROOT / "reports" / "benchmarks" / "scale.json"))
     r.add_argument("--plot", default=str(ROOT / "reports" / "benchmarks" / "scale.svg"))
+    mg = sub.add_parser("merge", help="runs of one pool (sizes run apart) as one JSON")
+    mg.add_argument("jsons", nargs="+")
+    mg.add_argument("--out", required=True)
     tb = sub.add_parser("table", help="the Markdown tables of a run's JSON (docs/scale.md)")
     tb.add_argument("--json", default=str(ROOT / "reports" / "benchmarks" / "scale.json"))
     pl = sub.add_parser("plot", help="the latency and RAM plot of a run's JSON")
@@ -799,6 +823,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd in ("ingest", "query"):
         res = child_ingest(a) if a.cmd == "ingest" else child_query(a)
         Path(a.out).write_text(json.dumps(res))
+        return 0
+    if a.cmd == "merge":
+        write_json(merge([json.loads(Path(j).read_text()) for j in a.jsons]), a.out, quiet=True)
         return 0
     if a.cmd == "table":
         print(tables(json.loads(Path(a.json).read_text())), end="")
