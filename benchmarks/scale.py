@@ -201,27 +201,40 @@ def child_ingest(a) -> dict:
     out: dict = {"documents": n_docs, "chunks_expected": expected}
     # --cold: the knowledge base's embedder without its cache, so the model embeds every chunk
     emb = open_embedder(settings, cached=not a.cold, progress=False)
-    # the embedder alone, no cache, on a seeded sample of the same chunks (after one warm-up call)
+    # the embedder alone, no cache (after one warm-up call): warm, on a seeded sample of the same
+    # chunks; cold, on exactly each batch's chunks just before the write path embeds them, so both
+    # timings see the same load (the machine is shared)
     alone = open_embedder(settings, cached=False, progress=False)
     alone.embed(["warm up the model"], "document")
-    rng = np.random.default_rng(a.seed + 3)
-    picked = set(rng.choice(n_docs, min(a.embed_sample, n_docs), replace=False).tolist())
-    sample = [c for i, r in enumerate(stream()) if i in picked for c in r["chunks"]][: a.embed_sample]
-    t = time.perf_counter()
-    alone.embed(sample, "document")
-    alone_s = time.perf_counter() - t
-    out["embedder_alone"] = {"chunks": len(sample), "seconds": round(alone_s, 2),
-                             "chunks_per_s": round(len(sample) / alone_s, 2), "embedder": alone.identity}
-    del alone
+    if not a.cold:
+        rng = np.random.default_rng(a.seed + 3)
+        picked = set(rng.choice(n_docs, min(a.embed_sample, n_docs), replace=False).tolist())
+        sample = [c for i, r in enumerate(stream()) if i in picked for c in r["chunks"]][: a.embed_sample]
+        t = time.perf_counter()
+        alone.embed(sample, "document")
+        alone_s = time.perf_counter() - t
+        out["embedder_alone"] = {"chunks": len(sample), "seconds": round(alone_s, 2),
+                                 "chunks_per_s": round(len(sample) / alone_s, 2), "embedder": alone.identity}
     kb = open_kb(settings, embedder=emb, progress=False)
     failures, n_chunks, mismatched = [], 0, 0
     t0 = time.perf_counter()
+    write_s = alone_s = 0.0
+    alone_chunks = 0
     first_batch_s = None
     batches = stream()
     for start in range(0, n_docs, a.batch_docs):
         batch = [next(batches) for _ in range(min(a.batch_docs, n_docs - start))]
         items = [IngestItem(r["text"].encode("utf-8"), r["name"], r["owner"], r["visibility"]) for r in batch]
-        for r, res in zip(batch, kb.ingest_many(items)):
+        if a.cold:
+            chunks = [c for r in batch for c in r["chunks"]]
+            t = time.perf_counter()
+            alone.embed(chunks, "document")
+            alone_s += time.perf_counter() - t
+            alone_chunks += len(chunks)
+        t = time.perf_counter()
+        results = kb.ingest_many(items)
+        write_s += time.perf_counter() - t
+        for r, res in zip(batch, results):
             if isinstance(res, IngestError):
                 failures.append(f"{r['name']}: {res}")
                 continue
@@ -236,9 +249,13 @@ def child_ingest(a) -> dict:
         if a.progress:
             done = start + len(batch)
             el = time.perf_counter() - t0
-            print(f"[scale] ingested {done}/{n_docs} documents in {el:.0f}s ({n_chunks / el:.0f} chunks/s), "
+            print(f"[scale] ingested {done}/{n_docs} documents in {el:.0f}s ({n_chunks / write_s:.0f} chunks/s), "
                   f"load {load()}", flush=True)
-    write_s = time.perf_counter() - t0
+    if a.cold:
+        out["embedder_alone"] = {"chunks": alone_chunks, "seconds": round(alone_s, 2),
+                                 "chunks_per_s": round(alone_chunks / alone_s, 2), "embedder": alone.identity,
+                                 "interleaved": f"batch by batch ({a.batch_docs} documents) with the write path"}
+    del alone
     out["ingest"] = {"seconds": round(write_s, 2), "chunks": n_chunks, "chunks_per_s": round(n_chunks / write_s, 2),
                      "documents_per_s": round(n_docs / write_s, 2), "failures": len(failures),
                      "first_failures": failures[:5], "chunk_count_mismatches": mismatched,
@@ -446,7 +463,7 @@ def measure_point(size: int, quant: str, docs: list[corpus.Doc], chunk_idx: np.n
         print(f"[scale] {size} chunks, quantization {quant}: cold write path on {COLD_DOCS} documents", flush=True)
         write_docs(docs[:COLD_DOCS], pdir / "cold.jsonl", seed)
         c = _run_child(["ingest", "--docs", str(pdir / "cold.jsonl"), "--out", str(pdir / "cold.json"), "--cold",
-                        "--embed-sample", str(10 ** 9), "--data", str(pdir / "cold_data"), *common], log)
+                        "--batch-docs", "100", "--data", str(pdir / "cold_data"), *common], log)
         shutil.rmtree(pdir / "cold_data", ignore_errors=True)
         cold_row = {"documents": c["documents"], "chunks": c["ingest"]["chunks"],
                     "write_path_s": c["ingest"]["seconds"], "write_path_chunks_per_s": c["ingest"]["chunks_per_s"],
