@@ -71,6 +71,7 @@ FILTERS = tuple(corpus.REQUESTERS)  # all (owner role), access_50 (alice), acces
 EMBED_SAMPLE = 300  # chunks the embedder alone is timed on, per point (the estimate of a cold write path)
 COLD_DOCS = 1000  # documents of the smallest point ingested cold, against the embedder alone on their chunks
 BINARY_OVERSAMPLING = 4.0  # binary is also queried with this oversampling (a query-time setting)
+DOCS_BEGIN, DOCS_END = "<!-- scale-results -->", "<!-- /scale-results -->"  # the generated block of docs/scale.md
 TARGETS = {"recall@10_int8_access_5": 0.95, "dense_p95_ms": 25.0, "ram_gib": 24.0}
 
 
@@ -743,21 +744,22 @@ def tables(result: dict) -> str:
                  f"{k.get('clause_window', 0):,} | {comp['mean_chunk_chars']:.0f} |")
     lines += ["", "| chunks | quantization | write path, chunks/s (model not called) | embedder alone, chunks/s | "
               "cold write path / embedder alone | HNSW build (optimize) s | query process RSS GiB (model alone) | "
-              "ingest peak RSS GiB | shard GiB: float32 / codes / HNSW / all | raw store GiB |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+              "ingest peak RSS GiB | shard MiB: float32 / codes / HNSW / all files | raw store MiB | load (1 min) |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for p in result["points"]:
         ing, dk, ram = p["ingest"], p["disk"], p["ram"]["query_process_default"]
         cm = ing.get("cold_measured")
         ratio = (f"{cm['ratio_write_path_to_embedder_alone']} (measured, {cm['chunks']:,} chunks)" if cm
                  else f"{ing['ratio_cold_write_path_to_embedder_alone_estimate']} (estimate)")
+        mib = 1024 ** 2
         shard = ("server" if dk.get("shard_bytes") is None else
-                 f"{dk['shard_dense_vectors_bytes'] / gib:.2f} / {dk['shard_quantized_bytes'] / gib:.3f} / "
-                 f"{dk['shard_hnsw_bytes'] / gib:.2f} / {dk['shard_bytes'] / gib:.2f}")
+                 f"{dk['shard_dense_vectors_bytes'] / mib:,.0f} / {dk['shard_quantized_bytes'] / mib:,.1f} / "
+                 f"{dk['shard_hnsw_bytes'] / mib:,.1f} / {dk['shard_bytes'] / mib:,.0f}")
         lines.append(f"| {p['size']:,} | {_q(p['quantization'])} | {ing['chunks_per_s']:,.0f} | "
                      f"{ing['embedder_alone_sample']['chunks_per_s']:,.1f} | {ratio} | {p['build']['optimize_s']:,.1f} | "
                      f"{ram['after_queries']['rss_mib'] / 1024:.2f} ({ram['models_only']['rss_mib'] / 1024:.2f}) | "
                      f"{p['ram']['ingest_process']['peak_rss_mib'] / 1024:.2f} | {shard} | "
-                     f"{dk['raw_store_bytes'] / gib:.2f} |")
+                     f"{dk['raw_store_bytes'] / mib:,.0f} | {ing['load_after'][0]:.0f} |")
     for mode in MODES:
         lines += ["", f"{mode.capitalize()} through the Retriever (top {result['k']}): p50 / p95 / p99 ms and "
                   f"recall@{result['k']} against exact search, per requester (filter share of the chunks)", "",
@@ -812,6 +814,7 @@ def main(argv: list[str] | None = None) -> int:
     mg.add_argument("--out", required=True)
     tb = sub.add_parser("table", help="the Markdown tables of a run's JSON (docs/scale.md)")
     tb.add_argument("--json", default=str(ROOT / "reports" / "benchmarks" / "scale.json"))
+    tb.add_argument("--write-docs", action="store_true", help="replace the results block of docs/scale.md")
     pl = sub.add_parser("plot", help="the latency and RAM plot of a run's JSON")
     pl.add_argument("--json", default=str(ROOT / "reports" / "benchmarks" / "scale.json"))
     pl.add_argument("--out", default=str(ROOT / "reports" / "benchmarks" / "scale.svg"))
@@ -845,7 +848,15 @@ def main(argv: list[str] | None = None) -> int:
         write_json(merge([json.loads(Path(j).read_text()) for j in a.jsons]), a.out, quiet=True)
         return 0
     if a.cmd == "table":
-        print(tables(json.loads(Path(a.json).read_text())), end="")
+        text = tables(json.loads(Path(a.json).read_text()))
+        if a.write_docs:
+            page = ROOT / "docs" / "scale.md"
+            head, rest = page.read_text(encoding="utf-8").split(DOCS_BEGIN, 1)
+            _, tail = rest.split(DOCS_END, 1)
+            page.write_text(f"{head}{DOCS_BEGIN}\n{text}{DOCS_END}{tail}", encoding="utf-8")
+            print(f"written to {page}")
+        else:
+            print(text, end="")
         return 0
     if a.cmd == "plot":
         print(plot(json.loads(Path(a.json).read_text()), Path(a.out)))
