@@ -532,8 +532,10 @@ def measure_point(size: int, quant: str, docs: list[corpus.Doc], chunk_idx: np.n
         "query_embed_s": runs["default"]["query_embed_s"], "floor": runs["default"]["floor"],
         "rows": rows, "seconds": round(time.perf_counter() - t0, 1), "load_after": load(),
     }
-    if not keep:
+    if not keep:  # GBs at a million chunks: the point's JSON files are what stays
         shutil.rmtree(pdir / "data", ignore_errors=True)
+        for f in ("docs.jsonl", "cold.jsonl"):
+            (pdir / f).unlink(missing_ok=True)
     (pdir / "point.json").write_text(json.dumps(point, indent=2))
     return point
 
