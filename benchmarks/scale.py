@@ -64,7 +64,8 @@ import _scale_corpus as corpus
 from adiyan.config import load_settings
 
 SIZES = (10_000, 100_000, 300_000, 1_000_000)
-QUANTS = ("none", "int8", "binary")
+QUANTS = ("none", "int8", "binary")  # a run's default
+ALL_QUANTS = QUANTS + ("binary_symmetric",)  # store.quantization's values
 K = 10
 MODES = ("dense", "hybrid")
 FILTERS = tuple(corpus.REQUESTERS)  # all (owner role), access_50 (alice), access_5 (bob)
@@ -479,7 +480,7 @@ def measure_point(size: int, quant: str, docs: list[corpus.Doc], chunk_idx: np.n
     print(f"[scale] {size} {quant}: ingest {ing['ingest']['seconds']}s, optimize {ing['build']['optimize_s']}s; "
           f"queries", flush=True)
     runs = {}
-    for ov in ([None, BINARY_OVERSAMPLING] if quant == "binary" else [None]):
+    for ov in ([None, BINARY_OVERSAMPLING] if quant.startswith("binary") else [None]):
         name = "default" if ov is None else f"oversampling_{ov:g}"
         runs[name] = _run_child(["query", "--queries", str(qfile), "--out", str(pdir / f"query-{name}.json"),
                                  "--numpy-checks", str(numpy_checks), "--warmup", str(warmup), *common]
@@ -588,9 +589,9 @@ def run(sizes=SIZES, quants=QUANTS, n_queries: int = 500, *, engine: str = "edge
         numpy_checks: int = 20, keep: bool = False, warmup: int = 20, pool_size: int | None = None) -> dict:
     """Every (size, quantization) point; each point's JSON is written as it finishes (``out``)."""
     sizes, quants = sorted(sizes), list(quants)
-    unknown = set(quants) - set(QUANTS)
+    unknown = set(quants) - set(ALL_QUANTS)
     if unknown:
-        raise ValueError(f"unknown quantization(s) {sorted(unknown)}; choose from {', '.join(QUANTS)}")
+        raise ValueError(f"unknown quantization(s) {sorted(unknown)}; choose from {', '.join(ALL_QUANTS)}")
     work = work or ROOT / "data" / "scale"
     work.mkdir(parents=True, exist_ok=True)
     log = work / "children.log"
@@ -623,8 +624,9 @@ def run(sizes=SIZES, quants=QUANTS, n_queries: int = 500, *, engine: str = "edge
         "settings": {"embedder": "minilm (default)", "chunking": "default (auto, 800 / 100)",
                      "hnsw_m": settings_for().store.hnsw_m, "hnsw_ef_construct": settings_for().store.hnsw_ef_construct,
                      "hnsw_ef": settings_for().store.hnsw_ef, "int8": "scalar, quantile 0.99, in RAM, rescore",
-                     "binary": f"one bit, in RAM, rescore; queried with the engine's default oversampling and with "
-                               f"{BINARY_OVERSAMPLING:g}"},
+                     "binary": f"one bit, queries as 8-bit scalars, in RAM, rescore; queried with the engine's "
+                               f"default oversampling and with {BINARY_OVERSAMPLING:g}",
+                     "binary_symmetric": "one bit, queries binarised too, in RAM, rescore; oversampling as binary"},
         "composition": comp, "pool_fingerprint": corpus.fingerprint(pool),
         "queries": {"n": len(questions), "seed": seed + 7,
                     "from": {o: sum(1 for x, _ in qrows if x == o) for o in sorted({x for x, _ in qrows})},
@@ -659,8 +661,8 @@ def run(sizes=SIZES, quants=QUANTS, n_queries: int = 500, *, engine: str = "edge
 
 def merge(results: list[dict]) -> dict:
     """Several runs of one pool (e.g. one size each, run apart) as one result: their points in size
-    order, the checks and targets recomputed over all of them. Runs of different pools, engines or
-    query sets are refused."""
+    order (a point measured again in a later run replaces the earlier one), the checks and targets
+    recomputed over all of them. Runs of different pools, engines or query sets are refused."""
     if not results:
         raise ValueError("nothing to merge")
     first = results[0]
@@ -668,8 +670,8 @@ def merge(results: list[dict]) -> dict:
         for key in ("pool_fingerprint", "engine", "queries", "k"):
             if r[key] != first[key]:
                 raise ValueError(f"cannot merge runs with different {key}: {first[key]!r} and {r[key]!r}")
-    out = {**first, "points": sorted((p for r in results for p in r["points"]),
-                                      key=lambda p: (p["size"], QUANTS.index(p["quantization"])))}
+    points = {(p["size"], p["quantization"]): p for r in results for p in r["points"]}  # a later run's point wins
+    out = {**first, "points": sorted(points.values(), key=lambda p: (p["size"], ALL_QUANTS.index(p["quantization"])))}
     out["merged_from"] = [{"measured_at": r["machine"]["measured_at"], "sizes": sorted({p["size"] for p in r["points"]}),
                            "load_before": r.get("load_before")} for r in results]
     out["checks"] = checks_for(out["points"])
@@ -688,9 +690,9 @@ def plot(result: dict, out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.4))
-    colours = {"none": "C0", "int8": "C1", "binary": "C2"}
-    names = {"none": "float32", "int8": "int8", "binary": "binary"}
-    for quant in QUANTS:
+    colours = {"none": "C0", "int8": "C1", "binary": "C2", "binary_symmetric": "C3"}
+    names = {"none": "float32", "int8": "int8", "binary": "binary", "binary_symmetric": "binary, binarised queries"}
+    for quant in ALL_QUANTS:
         pts = sorted((p for p in result["points"] if p["quantization"] == quant), key=lambda p: p["size"])
         if not pts:
             continue
@@ -731,7 +733,8 @@ def plot(result: dict, out: Path) -> Path:
 
 # -- the Markdown tables of docs/scale.md --------------------------------------------------------------------
 def _q(quant: str, setting: str = "default") -> str:
-    name = {"none": "float32", "int8": "int8", "binary": "binary"}[quant]
+    name = {"none": "float32", "int8": "int8", "binary": "binary (8-bit queries)",
+            "binary_symmetric": "binary (binarised queries)"}[quant]
     return name if setting == "default" else f"{name}, {setting.replace('_', ' ')}"
 
 
@@ -791,7 +794,7 @@ def tables(result: dict) -> str:
 # -- command line ------------------------------------------------------------------------------------------
 def _child_args(p):
     p.add_argument("--data", required=True)
-    p.add_argument("--quant", default="none", choices=QUANTS)
+    p.add_argument("--quant", default="none", choices=ALL_QUANTS)
     p.add_argument("--engine", default="edge", choices=("edge", "server", "local"))
     p.add_argument("--url", default=None)
     p.add_argument("--seed", type=int, default=0)

@@ -1,5 +1,6 @@
-"""Binary quantization (``store.quantization=binary``) on both engines, on a collection small enough
-to check by hand.
+"""Binary quantization (``store.quantization=binary``: one-bit codes, queries as 8-bit scalars;
+``binary_symmetric``: queries binarised too) on both engines, on a collection small enough to check
+by hand.
 
 The collection: the 32 sign patterns ``S`` of a 16 x 16 Hadamard matrix and its negation (any two
 differ in 8 or 16 of the 16 signs), each stored twice with different magnitudes,
@@ -8,8 +9,9 @@ code keeps only the signs, so ``a_i`` and ``b_i`` have the same code, and for th
 
 - exact cosines: ``a_0`` 1, ``b_0`` (3 + 14 + 3) / 24 = 5/6, every other point at most 1/3
   (8 signs differ: (24 - 2 * 8) / 24 when none of them is a weight-3 component);
-- binary codes alone (no rescoring): the engine scores agreeing minus disagreeing bits, 16 for
-  both ``a_0`` and ``b_0`` (it cannot tell them apart), 16 - 2 * 8 = 0 for the rest;
+- binary codes alone (no rescoring): ``a_0`` and ``b_0`` get one score (it cannot tell them
+  apart); with the query binarised too, agreeing minus disagreeing bits: 16 for both, 16 - 2 * 8 = 0
+  for the rest;
 - with rescoring the candidates the codes preselect get their exact cosines back; with
   ``quantization_oversampling`` 16 a limit of 4 preselects all 64 points, so the top 4 are the
   exact top 4.
@@ -54,28 +56,34 @@ def _fill(store) -> np.ndarray:
     return a
 
 
-def _edge(tmp_path, name: str, **kw) -> EdgeStore:
+def _edge(tmp_path, name: str, quantization: str = "binary", **kw) -> EdgeStore:
     # indexing_threshold_kb=1: the 64 points (4 KB of float32) are quantized; by default a segment
     # is quantized from ~10 MB on
-    return EdgeStore(tmp_path / name, quantization="binary", indexing_threshold_kb=1, **kw)
+    return EdgeStore(tmp_path / name, quantization=quantization, indexing_threshold_kb=1, **kw)
 
 
-def test_edge_binary_codes_cannot_tell_same_signs_apart_and_rescoring_can(tmp_path):
-    s = _edge(tmp_path, "norescore", quantization_rescore=False)
+@pytest.mark.parametrize("quantization", ["binary", "binary_symmetric"])
+def test_edge_binary_codes_cannot_tell_same_signs_apart_and_rescoring_can(tmp_path, quantization):
+    s = _edge(tmp_path, "norescore", quantization, quantization_rescore=False)
     a = _fill(s)
     hits = s.search("c", a[0], 4)
     assert {h.payload["name"] for h in hits[:2]} == {"a0", "b0"}
-    assert [h.score for h in hits] == [16.0, 16.0, 0.0, 0.0]  # agreeing minus disagreeing bits
+    assert hits[0].score == hits[1].score > hits[2].score  # one code, one score: the signs are all it has
+    assert abs(hits[0].score - 1.0) > 1e-3  # not the cosine of either
+    if quantization == "binary_symmetric":  # the query binarised too: agreeing minus disagreeing bits
+        assert [h.score for h in hits] == [16.0, 16.0, 0.0, 0.0]
     exact = s.search("c", a[0], 2, exact=True)  # exact search reads the float32 originals
     assert [h.payload["name"] for h in exact] == ["a0", "b0"]
     assert [h.score for h in exact] == pytest.approx([1.0, 5 / 6], abs=1e-6)
     usage = s.disk_usage("c")
+    codes = sum(f.stat().st_size for f in (s.root / "c").rglob("quantized.data"))
     s.close()
-    # one bit a component, stored in 128-bit words: 16 bytes a point, 64 points, plus two small JSON files
-    assert 64 * 16 <= usage["quantized"] < 64 * 16 + 1024
+    # one bit a component, stored in 128-bit words: 16 bytes a point, 64 points (beside them small JSON
+    # files; for 8-bit queries per-component statistics)
+    assert codes == 64 * 16 and usage["quantized"] < codes + 4096
     assert usage["dense_vectors"] >= 64 * 16 * 4  # the float32 originals are kept for rescoring
 
-    r = _edge(tmp_path, "rescore", quantization_rescore=True)
+    r = _edge(tmp_path, "rescore", quantization, quantization_rescore=True)
     _fill(r)
     hits = r.search("c", a[0], 4)
     assert [h.payload["name"] for h in hits[:2]] == ["a0", "b0"]
@@ -105,7 +113,8 @@ def test_binary_collection_records_its_quantization_and_keeps_the_access_filter(
     assert s.collection_meta("c").extra["quantization"] == "binary"
     if engine == "edge":  # the engine's own record of the collection
         cfg = json.loads((s.root / "c" / "edge_config.json").read_text())
-        assert cfg["vectors"][""]["quantization_config"] == {"binary": {"always_ram": True, "encoding": "one_bit"}}
+        assert cfg["vectors"][""]["quantization_config"] == {"binary": {
+            "always_ram": True, "encoding": "one_bit", "query_encoding": "scalar8bits"}}
     flt = access_filter("o2", False)
     for q in np.concatenate(_collection()):
         hits = s.search("c", q, 10, flt=flt)
@@ -150,7 +159,8 @@ def test_server_engine_sends_binary_quantization_and_its_search_params(tmp_path)
     a = _fill(s)
     sent = spy.created[0]
     assert sent["quantization_config"] == m.BinaryQuantization(binary=m.BinaryQuantizationConfig(
-        always_ram=True, encoding=m.BinaryQuantizationEncoding.ONE_BIT))
+        always_ram=True, encoding=m.BinaryQuantizationEncoding.ONE_BIT,
+        query_encoding=m.BinaryQuantizationQueryEncoding.SCALAR8BITS))
     assert sent["optimizers_config"] == m.OptimizersConfigDiff(indexing_threshold=5)
     assert sent["metadata"]["adiyan"]["extra"]["quantization"] == "binary"
     hits = s.search("c", a[0], 2, ef=64)

@@ -83,7 +83,7 @@ def storage_report(settings, evalset=None, *, embedder=None, k: int = 10) -> dic
     quant = settings.store.quantization
     usage = kb.store.disk_usage(kb.collection) if hasattr(kb.store, "disk_usage") else {}
     # what the search reads per vector: float32, int8 codes, or one bit a component in 128-bit words
-    per_vec = {"int8": dim, "binary": 16 * -(-dim // 128)}.get(quant, 4 * dim)
+    per_vec = {"int8": dim, "binary": 16 * -(-dim // 128), "binary_symmetric": 16 * -(-dim // 128)}.get(quant, 4 * dim)
     return {"engine_recall@10": float(np.mean(recall)), "dim": dim, "vectors": len(ids),
             "bytes_per_vector": per_vec, "float32_bytes_per_vector": 4 * dim, "int8_bytes_per_vector": dim,
             "projected_1M_chunks_gb": per_vec * 1_000_000 / 1e9,
@@ -107,7 +107,8 @@ def evaluate_dims(settings, evalset=None, *, dim: int | None = None, progress: b
         row["engine_recall@10"] = r
     res.metrics.update({k: float(v) for k, v in st.items()})
     res.info.update({"embedder": emb.id, "full_dim": getattr(getattr(emb, "base", emb), "dim", emb.dim),
-                     "quantization": ({"int8": "Qdrant scalar int8 (quantile 0.99)", "binary": "Qdrant binary (one bit)"}
+                     "quantization": ({"int8": "Qdrant scalar int8 (quantile 0.99)", "binary": "Qdrant binary (one bit)",
+                                       "binary_symmetric": "Qdrant binary (one bit, binarised queries)"}
                                       [settings.store.quantization] + ", rescore "
                                       f"{'on' if settings.store.quantization_rescore else 'off'}"
                                       if settings.store.quantization != "none" else "none (float32)")})

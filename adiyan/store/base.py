@@ -109,7 +109,8 @@ class CollectionMeta:
             )
 
 
-QUANTIZATIONS = ("none", "int8", "binary")  # store.quantization: float32, scalar int8, one bit a component
+# store.quantization: float32, scalar int8, one bit a component (queries as 8-bit scalars / binarised)
+QUANTIZATIONS = ("none", "int8", "binary", "binary_symmetric")
 
 
 def check_quantization(quantization: str, oversampling: float | None = None) -> None:

@@ -95,8 +95,11 @@ class EdgeStore:
             quant = None
             if self.quantization == "int8":
                 quant = qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, quantile=0.99, always_ram=True)
-            elif self.quantization == "binary":  # one bit a component, kept in RAM; originals rescore
-                quant = qe.BinaryQuantizationConfig(always_ram=True, encoding=qe.BinaryQuantizationEncoding.OneBit)
+            elif self.quantization.startswith("binary"):  # one bit a component, kept in RAM; originals rescore
+                query = (qe.BinaryQuantizationQueryEncoding.Binary if self.quantization == "binary_symmetric"
+                         else qe.BinaryQuantizationQueryEncoding.Scalar8Bits)
+                quant = qe.BinaryQuantizationConfig(always_ram=True, encoding=qe.BinaryQuantizationEncoding.OneBit,
+                                                    query_encoding=query)
             config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine,
                                                                quantization_config=quant),
                                    sparse_vectors={SPARSE_NAME: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},

@@ -94,9 +94,11 @@ class ServerStore:
         if self.quantization == "int8":
             quant = m.ScalarQuantization(scalar=m.ScalarQuantizationConfig(type=m.ScalarType.INT8, quantile=0.99,
                                                                            always_ram=True))
-        elif self.quantization == "binary":  # one bit a component, kept in RAM; originals rescore
+        elif self.quantization.startswith("binary"):  # one bit a component, kept in RAM; originals rescore
+            query = (m.BinaryQuantizationQueryEncoding.BINARY if self.quantization == "binary_symmetric"
+                     else m.BinaryQuantizationQueryEncoding.SCALAR8BITS)
             quant = m.BinaryQuantization(binary=m.BinaryQuantizationConfig(
-                always_ram=True, encoding=m.BinaryQuantizationEncoding.ONE_BIT))
+                always_ram=True, encoding=m.BinaryQuantizationEncoding.ONE_BIT, query_encoding=query))
         self.client.create_collection(
             name,
             vectors_config=m.VectorParams(size=dim, distance=m.Distance.COSINE),
