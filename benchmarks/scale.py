@@ -558,6 +558,14 @@ def checks_for(points: list[dict]) -> dict:
     }
 
 
+def summary_for(points: list[dict]) -> dict:
+    """Every row by name, ``<size>/<quantization>/<query setting>/<mode>/<filter>``: recall@10, p50, p95
+    (what a regression file or a reader looks up without list positions)."""
+    return {f"{p['size']}/{p['quantization']}/{r['query_setting']}/{r['mode']}/{r['filter']}":
+            {"recall": r[f"recall@{K}_vs_exact"], "p50_ms": r["p50_ms"], "p95_ms": r["p95_ms"],
+             "violations": r["violations"]} for p in points for r in p["rows"]}
+
+
 def targets_for(points: list[dict]) -> dict:
     """The issue's targets at the largest size measured, each with the figure it was judged on."""
     if not points:
@@ -650,6 +658,7 @@ def run(sizes=SIZES, quants=QUANTS, n_queries: int = 500, *, engine: str = "edge
             result["points"].append(point)
             result["checks"] = checks_for(result["points"])
             result["target_results"] = targets_for(result["points"])
+            result["summary"] = summary_for(result["points"])
             result["seconds"] = round(time.perf_counter() - t0, 1)
             if out is not None:
                 write_json(result, out, quiet=True)
@@ -676,6 +685,7 @@ def merge(results: list[dict]) -> dict:
                            "load_before": r.get("load_before")} for r in results]
     out["checks"] = checks_for(out["points"])
     out["target_results"] = targets_for(out["points"])
+    out["summary"] = summary_for(out["points"])
     out["ok"] = all(out["checks"].values())
     return out
 
