@@ -81,10 +81,18 @@ class StoreConfig(_Section):
     hnsw_ef_construct: int = Field(100, ge=4)
     hnsw_ef: int = Field(128, ge=1)  # per-query search breadth
     exact: bool = False  # brute force instead of HNSW
-    # Qdrant scalar quantization of the dense vectors: int8 codes (4x smaller) searched first,
-    # the float32 originals kept for rescoring (quantization_rescore) unless turned off
-    quantization: Literal["none", "int8"] = "none"
+    # Qdrant quantization of the dense vectors: int8 = scalar int8 codes (4x smaller); binary = one
+    # bit a component (32x smaller), the query compared as 8-bit scalars (Qdrant's asymmetric
+    # query encoding: on MiniLM recall@10 0.96 against 0.87 with binarised queries, oversampling 4);
+    # binary_symmetric = the query binarised too (cheapest, least accurate). The codes are searched
+    # first and the float32 originals kept for rescoring (quantization_rescore) unless turned off.
+    # A collection keeps the quantization it was built with (its description records it); opening
+    # it with another is refused.
+    quantization: Literal["none", "int8", "binary", "binary_symmetric"] = "none"
     quantization_rescore: bool = True
+    # per query: how many candidates the codes preselect for rescoring, as a multiple of the limit
+    # (Qdrant's oversampling; None = the engine's default, 1.0). Binary codes usually need 2-4.
+    quantization_oversampling: float | None = Field(None, ge=1.0)
     # Qdrant indexes (HNSW, quantization) a segment once it holds this many KB of vectors; below
     # it search is exact over float32. None: Qdrant's default (10,000 KB, ~6,500 384-d vectors).
     indexing_threshold_kb: int | None = Field(None, ge=1)

@@ -21,11 +21,13 @@ def machine() -> dict:
             "numpy": np.__version__, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
-def write_json(result: dict, out: str | Path) -> Path:
+def write_json(result: dict, out: str | Path, *, quiet: bool = False) -> Path:
+    """Write ``result`` to ``out``; print it too unless ``quiet`` (a long run rewriting its file)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
+    if not quiet:
+        print(json.dumps(result, indent=2))
     print(f"written to {out}")
     return out
 

@@ -13,9 +13,12 @@ Suites (``--suite``, comma-separated or repeated; default ``all``):
               raw engine query, steady and with a write in flight
     nomic     benchmarks/nomic_assemble.py: assembling the nomic GGUF, cold and warm, vs one hash pass
     scifact   benchmarks/scifact.py's run_scifact, when that file is present
+    scale     benchmarks/scale.py at 100,000 chunks (the CI-sized variant of the million-chunk one-off,
+              ``python benchmarks/scale.py run``): write path, HNSW build, RAM, disk, Retriever p50 / p95 /
+              p99 and recall@10 vs exact, float32 / int8 / binary, unfiltered and at 50% / 5%
     all       every suite above, in that order
     quick     ingest (100 docs), latency (SciFact only), cache (50 docs), memory --fast,
-              sweep_cost (the ef grid only), nomic
+              sweep_cost (the ef grid only), nomic, scale (100k)
 
 ``--fast`` makes ``memory`` measure the fast eval (no LLM, judge or incidents) and ``scifact``
 skip the re-rank. A suite is ``ok`` only when it ran *and* met its own target and checks
@@ -42,7 +45,8 @@ if str(BENCH) not in sys.path:
 
 from _common import ROOT, machine, write_json  # noqa: E402
 
-ORDER = ["ingest", "latency", "cache", "memory", "sweep_cost", "read_gate", "nomic", "scifact"]
+ORDER = ["ingest", "latency", "cache", "memory", "sweep_cost", "read_gate", "nomic", "scifact", "scale"]
+SCALE_SIZE = 100_000  # the scale suite's collection size (the one-off goes to 1,000,000)
 
 
 def _headline(name: str, r: dict) -> dict:
@@ -74,6 +78,8 @@ def _headline(name: str, r: dict) -> dict:
             return {"cold_assemble_s": r["cold_assemble_s"], "ratio_warm_to_hash": r["ratio_warm_to_hash"]}
         if name == "scifact":
             return {m: row["ndcg@10"]["measured"] for m, row in r["methods"].items()} | {"checks": r["checks"]}
+        if name == "scale":
+            return r["target_results"]
     except (KeyError, TypeError) as exc:
         return {"headline_unavailable": repr(exc)}
     return {}
@@ -101,13 +107,17 @@ def verdict(name: str, r: dict, *, quick: bool = False) -> list[str]:
         reasons.append(f"adiyan eval exited {r['eval']['exit_code']}: {r['eval']['output_tail']}")
     if name == "scifact" and not checks:
         reasons.append("no checks reported")
+    if name == "scale":
+        for target, row in (r.get("target_results") or {}).items():
+            if isinstance(row, dict) and row.get("met") is False:
+                reasons.append(f"target missed: {target} {row}")
     return reasons
 
 
 def run_suite(name: str, out_dir: Path, *, fast: bool, quick: bool) -> dict:
     """Run one suite; returns its summary row (status ok | missed | failed | skipped)."""
     out = out_dir / {"cache": "cache_effect.json", "memory": f"eval_memory{'_fast' if fast or quick else ''}.json",
-                     "nomic": "nomic_assemble.json"}.get(name, f"{name}.json")
+                     "nomic": "nomic_assemble.json", "scale": f"scale_{SCALE_SIZE // 1000}k.json"}.get(name, f"{name}.json")
     t0 = time.perf_counter()
     row: dict = {"suite": name, "out": str(out)}
     try:
@@ -126,6 +136,9 @@ def run_suite(name: str, out_dir: Path, *, fast: bool, quick: bool) -> dict:
             result = importlib.import_module("read_gate").run(100 if quick else 400, 100 if quick else 300)
         elif name == "nomic":
             result = importlib.import_module("nomic_assemble").run()
+        elif name == "scale":
+            scale = importlib.import_module("scale")
+            result = scale.run([SCALE_SIZE], scale.QUANTS, 500)
         elif name == "scifact":
             if not (BENCH / "scifact.py").is_file():
                 return {**row, "status": "skipped", "reason": "benchmarks/scifact.py is not present"}

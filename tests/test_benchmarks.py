@@ -71,6 +71,11 @@ def test_run_all_marks_ok_only_when_target_and_checks_pass():
     assert run_all.verdict("latency", {"checks": {}, "meets_target": None}) == \
         ["target not measured: the real_text set was not run"]
     assert run_all.verdict("latency", {"checks": {}, "meets_target": None}, quick=True) == []
+    scale = {"checks": {"no_hit_outside_the_access_filter": True},
+             "target_results": {"size": 100_000, "dense_p95_ms": {"met": True},
+                                "recall@10_int8_access_5": {"value": 0.91, "target": 0.95, "met": False}}}
+    assert run_all.verdict("scale", scale) == [
+        "target missed: recall@10_int8_access_5 {'value': 0.91, 'target': 0.95, 'met': False}"]
 
 
 def test_sweep_cost_checks_that_points_do_real_work():

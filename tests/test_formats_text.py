@@ -182,6 +182,18 @@ def test_a_video_named_ts_is_refused_not_read_as_typescript():
     assert_refused(packet * 4, "clip.ts", "content_mismatch", match="MPEG transport stream")
 
 
+def test_text_starting_with_bm_is_text_and_a_bitmap_is_still_a_bitmap():
+    """"BM" alone made any text starting with it a BMP ("BMI was associated with..." refused as
+    content_mismatch: found by benchmarks/scale.py on a SciFact sentence); a BMP's header has more."""
+    from PIL import Image
+
+    from tests.test_parse import image_bytes
+
+    text = b"BMI was associated with a lower risk, adjusted for age and sex."
+    assert parse_document(text, "finding.txt").text.strip() == text.decode()
+    assert_refused(image_bytes(Image.new("RGB", (8, 8)), "BMP"), "notes.txt", "content_mismatch", match="BMP")
+
+
 def test_binary_content_under_a_source_extension_is_refused():
     assert_refused(b"%PDF-1.7\n...", "config.json", "content_mismatch", match="PDF")
     assert_refused(random.Random(11).randbytes(3000), "server.log", "bad_encoding")

@@ -154,3 +154,25 @@ def test_knowledge_base_closes_as_a_context_manager(make_settings, minilm):
                and isinstance(n.func.value, ast.Attribute) and n.func.value.attr == "store"
                and "kb" in ast.unparse(n.func.value.value)]
     assert not by_hand, f"kb.store closed by hand (use kb.close() or `with open_kb(...)`): {by_hand}"
+
+
+def test_bm25_reencode_page_by_page_gives_the_scores_of_one_pass(make_settings, minilm, monkeypatch):
+    """After a BM25 length drift every chunk's sparse vector is re-encoded and written back page by
+    page (a million chunks with their vectors do not fit in memory at once: benchmarks/scale.py);
+    paging changes nothing: every chunk kept, the same BM25 scores as one pass over everything."""
+    from adiyan.kb import KnowledgeBase
+
+    texts = [f"Tour {i} visits {'the lake ' * (i % 5 + 1)}and the old town of Ljubljana." for i in range(23)]
+    scores = {}
+    for page in (5, 10 ** 9):
+        s = make_settings(paths__data_dir=str(make_settings().paths.data_dir / f"page{page}"))
+        store = open_store(s)
+        kb = open_kb(s, embedder=minilm, store=store)
+        kb.ingest_many([IngestItem(t.encode(), f"t{i}.txt", "office", "global") for i, t in enumerate(texts)])
+        monkeypatch.setattr(KnowledgeBase, "REENCODE_PAGE", page)
+        stats = kb.refresh_bm25_stats(force=True)
+        assert stats["reencoded"] == 23 and kb.count_chunks() == 23
+        hits = kb.search("lake", 23, requester=OWNER, mode="bm25")
+        scores[page] = sorted((-round(h.score, 5), h.source) for h in hits)  # equal scores: any order
+        store.close()
+    assert len(scores[5]) == 23 and scores[5] == scores[10 ** 9]

@@ -82,8 +82,7 @@ def test_a_collection_refuses_another_runtime_of_the_same_model_name(make_settin
 
     with _ollama("a", "sha256:" + "1" * 64) as a, _ollama("b", "sha256:" + "2" * 64) as b:
         s = make_settings(**{"embedder.name": "nomic-embed-text", "embedder.url": a.base})
-        kb = open_kb(s, progress=False)
-        kb.store.close()
+        open_kb(s, progress=False).close()
         with pytest.raises(EmbedderMismatchError, match="ollama digest:11111111"):
             open_kb(s.with_overrides({"embedder.url": b.base}), progress=False)
 
@@ -122,7 +121,8 @@ def test_the_index_key_changes_with_every_setting_the_build_reads():
             else:
                 assert harness.index_key(other, "h", "minilm|x|y") != key, f"{dotted} does not change the index key"
                 checked += 1
-    assert checked >= 28 and set(harness.QUERY_TIME) == {"store.hnsw_ef", "store.exact"}
+    assert checked >= 28 and set(harness.QUERY_TIME) == {"store.hnsw_ef", "store.exact",
+                                                         "store.quantization_oversampling"}
     assert harness.index_key(base, "h", "minilm|x|z") != key  # the weights
 
 

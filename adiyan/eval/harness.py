@@ -103,7 +103,8 @@ def evalset_and_hash(evalset) -> tuple[Evalset, str]:
 # The sections an index build reads (open_kb: store engine, embedder, parser, chunker), and their
 # fields that are per-query engine knobs, not build knobs (one index serves every value of them).
 BUILD_SECTIONS = ("ingest", "chunking", "embedder", "store")
-QUERY_TIME = {"store.hnsw_ef": "per-query HNSW search breadth", "store.exact": "per-query brute-force search"}
+QUERY_TIME = {"store.hnsw_ef": "per-query HNSW search breadth", "store.exact": "per-query brute-force search",
+              "store.quantization_oversampling": "per-query candidates the quantized codes preselect"}
 
 
 def index_key(settings, evalset_hash: str, embedder) -> dict:

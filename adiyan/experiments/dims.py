@@ -59,7 +59,7 @@ def storage_report(settings, evalset=None, *, embedder=None, k: int = 10) -> dic
 
     Measured, not computed: the index is the evaluation harness's knowledge base in Qdrant's
     embedded engine, built with ``store.quantization`` (none | int8, scalar int8 codes from the
-    0.99 quantile) and ``store.indexing_threshold_kb`` (set it to 1 so a small collection is
+    0.99 quantile | binary, one bit a component) and ``store.indexing_threshold_kb`` (set it to 1 so a small collection is
     indexed and quantized at all). ``engine_recall@10`` is the overlap of the engine's top 10
     (HNSW, with int8 codes and ``store.quantization_rescore``) with the exact float32 top 10
     computed in NumPy from the stored vectors; the disk figures are the shard's files by part
@@ -82,7 +82,8 @@ def storage_report(settings, evalset=None, *, embedder=None, k: int = 10) -> dic
     dim = X.shape[1]
     quant = settings.store.quantization
     usage = kb.store.disk_usage(kb.collection) if hasattr(kb.store, "disk_usage") else {}
-    per_vec = dim if quant == "int8" else 4 * dim  # what the search reads per vector
+    # what the search reads per vector: float32, int8 codes, or one bit a component in 128-bit words
+    per_vec = {"int8": dim, "binary": 16 * -(-dim // 128), "binary_symmetric": 16 * -(-dim // 128)}.get(quant, 4 * dim)
     return {"engine_recall@10": float(np.mean(recall)), "dim": dim, "vectors": len(ids),
             "bytes_per_vector": per_vec, "float32_bytes_per_vector": 4 * dim, "int8_bytes_per_vector": dim,
             "projected_1M_chunks_gb": per_vec * 1_000_000 / 1e9,
@@ -96,7 +97,7 @@ def storage_report(settings, evalset=None, *, embedder=None, k: int = 10) -> dic
 def evaluate_dims(settings, evalset=None, *, dim: int | None = None, progress: bool = False,
                   **scoring) -> PointResult:
     """Retrieval quality at one embedding width (Matryoshka truncation of ``embedder.name``, re-normalised)
-    and storage (``store.quantization`` none | int8), with the engine's recall against exact float32.
+    and storage (``store.quantization`` none | int8 | binary), with the engine's recall against exact float32.
     ``scoring`` (score, answer_questions, regression_cases) goes to :func:`evaluate_retrieval`."""
     emb = width_embedder(settings, dim=dim, progress=progress)
     res = evaluate_retrieval(settings, evalset, embedder=emb, progress=progress, **scoring)
@@ -106,7 +107,9 @@ def evaluate_dims(settings, evalset=None, *, dim: int | None = None, progress: b
         row["engine_recall@10"] = r
     res.metrics.update({k: float(v) for k, v in st.items()})
     res.info.update({"embedder": emb.id, "full_dim": getattr(getattr(emb, "base", emb), "dim", emb.dim),
-                     "quantization": (f"Qdrant scalar int8 (quantile 0.99), rescore "
+                     "quantization": ({"int8": "Qdrant scalar int8 (quantile 0.99)", "binary": "Qdrant binary (one bit)",
+                                       "binary_symmetric": "Qdrant binary (one bit, binarised queries)"}
+                                      [settings.store.quantization] + ", rescore "
                                       f"{'on' if settings.store.quantization_rescore else 'off'}"
-                                      if settings.store.quantization == "int8" else "none (float32)")})
+                                      if settings.store.quantization != "none" else "none (float32)")})
     return res

@@ -92,7 +92,7 @@ METHODS = {"markdown": "as-is", "text": "as-is", "html": "docling", "csv": "docl
            "ppt": "libreoffice+python-pptx", "xls": "libreoffice+docling"}
 _SIGNATURES = [
     (b"%PDF-", "PDF"), (b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"), (b"\x89PNG\r\n\x1a\n", "PNG"),
-    (b"\xff\xd8\xff", "JPEG"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"GIF8", "GIF"), (b"BM", "BMP"),
+    (b"\xff\xd8\xff", "JPEG"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"GIF8", "GIF"),
     (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", OLE2), (b"{\\rtf", "RTF"),
 ]
 _HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"}
@@ -239,10 +239,19 @@ def _summarise(warnings, show: int = 3) -> str:
     return f" ({shown}; and {len(warnings) - show:,} more; in all {by_code})"
 
 
+# A BMP file header: "BM", the file size, two reserved 16-bit zeros, the pixel offset, then the DIB
+# header's own size (one of these). Two letters alone would make any text starting "BM" a bitmap
+# ("BMI was associated with...").
+_BMP_DIB_SIZES = {12, 16, 40, 52, 56, 64, 108, 124}
+
+
 def _sniff(data: bytes) -> str | None:
     for signature, kind in _SIGNATURES:
         if data.startswith(signature):
             return kind
+    if data[:2] == b"BM" and len(data) >= 18 and data[6:10] == b"\x00" * 4 \
+            and int.from_bytes(data[14:18], "little") in _BMP_DIB_SIZES:
+        return "BMP"
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "WEBP"
     if data[4:8] == b"ftyp":  # ISO base media: HEIF stills, or MP4 / QuickTime video

@@ -116,6 +116,8 @@ def _bad(ch: str) -> bool:
 
 def _latin_token(token: str) -> str | None:
     """The token folded to lowercase ASCII when it is Latin-script (letters, maybe digits), else None."""
+    if token.isascii():  # the common case, answered without a Unicode name per character: same result
+        return None if token.isdigit() else token.lower()  # (_TOKEN: letters and digits only)
     if token.isdigit() or not all(ch.isdigit() or unicodedata.name(ch, "").startswith("LATIN") for ch in token):
         return None
     return unicodedata.normalize("NFKD", token).encode("ascii", "ignore").decode("ascii").lower() or None
@@ -128,7 +130,10 @@ def measure(text: str) -> TextQuality:
     n = len(visible)
     if n == 0:
         return TextQuality(0, 0.0, 0.0, 0.0, 0, None)
-    bad = sum(1 for ch in visible if _bad(ch))
+    if text.isascii():  # ASCII's only bad characters are its controls (0-31, 127): same count, no lookups
+        bad = sum(1 for ch in visible if ch < " " or ch == "\x7f")
+    else:
+        bad = sum(1 for ch in visible if _bad(ch))
     marks = [ch for ch in _REPEATS.sub(r"\1", text) if not ch.isspace()]  # leaders and rules counted once
     letters = sum(1 for ch in marks if ch.isalpha()) / len(marks)
     digits = sum(1 for ch in marks if ch.isdigit()) / len(marks)

@@ -455,9 +455,8 @@ class KnowledgeBase(CorpusBm25Stats):
                 self.store.upsert(self.collection, points)
             self._fault("after_upsert")
             records = []
-            for p in todo:
-                self.raw.put_blob(p.data)
-                text_sha = self.raw.put_blob(p.text.encode("utf-8"), ".md")
+            shas = self.raw.put_blobs([blob for p in todo for blob in ((p.data, ""), (p.text.encode("utf-8"), ".md"))])
+            for p, text_sha in zip(todo, shas[1::2]):
                 records.append(DocumentRecord(p.key, p.filename, p.owner, p.visibility, p.data_sha, len(p.data),
                                               p.now, p.doc_version, len(p.chunks), text_sha, p.report))
             self.raw.commit_many(records)  # one transaction: the whole group is committed or none of it

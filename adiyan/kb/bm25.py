@@ -22,6 +22,7 @@ class CorpusBm25Stats:
     """Needs ``store``, ``collection``, ``raw``, ``lexical``, ``_lengths``, ``_bm25_stats`` and ``_source_lock``."""
 
     BM25_DRIFT = 0.10
+    REENCODE_PAGE = 2000  # points re-encoded and written back at a time
 
     def bm25_length(self, text: str) -> int:
         """Tokens BM25 counts in ``text`` (after Qdrant's tokenizer, stop words and stemming)."""
@@ -46,20 +47,29 @@ class CorpusBm25Stats:
         if not force and self._bm25_stats.exists() and abs(measured - current) <= self.BM25_DRIFT * current:
             return {"avg_len": current, "measured": measured, "chunks": len(lengths), "reencoded": 0}
         encoder = LexicalEncoder(avg_len=measured)
-        by_source: dict[str, list[Point]] = {}
-        for p in self.store.scroll(self.collection, with_vectors=True):
+        page: dict[str, list[Point]] = {}
+
+        def write_page() -> None:
+            for source, points in page.items():
+                # under the source's write lock, and only the committed version: a concurrent
+                # re-ingest must never see its replaced chunks written back
+                with self._source_lock(source):
+                    rec = self.raw.get(source, OWNER)
+                    keep = [p for p in points if rec is None and not p.payload.get("doc_version")
+                            or rec is not None and p.payload.get("doc_version") == rec.doc_version]
+                    if keep:
+                        self.store.upsert(self.collection, keep)
+            page.clear()
+
+        # page by page: a million chunks with their vectors would not fit in memory at once (each
+        # point is written back whole, under the same per-source check, whichever page it is on)
+        for n, p in enumerate(self.store.scroll(self.collection, with_vectors=True), 1):
             p.sparse = encoder.document(p.payload.get("text", ""))
             p.payload.setdefault("bm25_len", self.bm25_length(p.payload.get("text", "")))
-            by_source.setdefault(p.payload.get("source_filename", ""), []).append(p)
-        for source, points in by_source.items():
-            # under the source's write lock, and only the committed version: a concurrent
-            # re-ingest must never see its replaced chunks written back
-            with self._source_lock(source):
-                rec = self.raw.get(source, OWNER)
-                keep = [p for p in points if rec is None and not p.payload.get("doc_version")
-                        or rec is not None and p.payload.get("doc_version") == rec.doc_version]
-                if keep:
-                    self.store.upsert(self.collection, keep)
+            page.setdefault(p.payload.get("source_filename", ""), []).append(p)
+            if n % self.REENCODE_PAGE == 0:
+                write_page()
+        write_page()
         tmp = self._bm25_stats.with_suffix(".tmp")
         tmp.write_text(json.dumps({"avg_len": measured, "chunks": len(lengths)}))
         tmp.replace(self._bm25_stats)

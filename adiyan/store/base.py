@@ -85,6 +85,15 @@ class CollectionMeta:
         return cls(d["name"], int(d["dim"]), d["embedder_id"], bool(d["normalized"]),
                    d.get("distance", "cosine"), d.get("extra") or {})
 
+    def check_quantization(self, quantization: str, where: str) -> None:
+        """A collection keeps the quantization it was built with: opening it with another is refused
+        (the setting would otherwise be silently ignored, or searched with the wrong parameters)."""
+        built = self.extra.get("quantization", "none")
+        if built != quantization:
+            raise StoreError(f"collection {self.name!r} at {where} was built with store.quantization={built} but is "
+                             f"being opened with store.quantization={quantization}; set store.quantization={built}, "
+                             f"or re-ingest into a new data directory (or drop the collection)")
+
     def check(self, embedder_id: str, dim: int, normalized: bool = True) -> None:
         if int(self.extra.get("schema", 1)) < SCHEMA_VERSION:
             raise StoreError(f"collection {self.name!r} has layout version {self.extra.get('schema', 1)} "
@@ -98,6 +107,21 @@ class CollectionMeta:
                 f"models are not comparable: re-ingest into a new collection or data directory, "
                 f"or switch the embedder back."
             )
+
+
+# store.quantization: float32, scalar int8, one bit a component (queries as 8-bit scalars / binarised)
+QUANTIZATIONS = ("none", "int8", "binary", "binary_symmetric")
+
+
+def check_quantization(quantization: str, oversampling: float | None = None) -> None:
+    """Refuse, by setting name, a quantization the stores do not build."""
+    if quantization not in QUANTIZATIONS:
+        raise StoreError(f"store.quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}")
+    if oversampling is not None and not oversampling >= 1.0:
+        raise StoreError(f"store.quantization_oversampling must be at least 1.0, got {oversampling!r}")
+    if oversampling is not None and quantization == "none":
+        raise StoreError(f"store.quantization_oversampling={oversampling} has nothing to act on: it acts only "
+                         "with store.quantization=int8 or binary (here none); set that, or remove the setting")
 
 
 # Version of the collection layout; 2 added the sparse BM25 vector. Older collections are refused

@@ -22,7 +22,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .base import (INDEXED_FIELDS, SCHEMA_VERSION, SPARSE_NAME, CollectionMeta, Empty, Filter, Hit, Point, Sparse,
-                   StoreError, fused_limit, settle_ties)
+                   StoreError, check_quantization, fused_limit, settle_ties)
 
 _SCROLL_PAGE = 1000
 
@@ -54,15 +54,15 @@ class EdgeStore:
 
     def __init__(self, data_dir: str | os.PathLike, *, hnsw_m: int = 16, hnsw_ef_construct: int = 100,
                  full_scan_threshold: int = 1000, quantization: str = "none", quantization_rescore: bool = True,
-                 indexing_threshold_kb: int | None = None):
-        if quantization not in ("none", "int8"):
-            raise StoreError(f"store.quantization must be none or int8, got {quantization!r}")
+                 indexing_threshold_kb: int | None = None, quantization_oversampling: float | None = None):
+        check_quantization(quantization, quantization_oversampling)
         self.root = Path(data_dir) / "qdrant"
         self.root.mkdir(parents=True, exist_ok=True)
         self.hnsw_m = hnsw_m
         self.hnsw_ef_construct = hnsw_ef_construct
         self.quantization = quantization  # applies to collections this store creates
         self.quantization_rescore = quantization_rescore
+        self.quantization_oversampling = quantization_oversampling
         self.indexing_threshold_kb = indexing_threshold_kb
         self.full_scan_threshold = full_scan_threshold
         self._shards: dict[str, object] = {}
@@ -86,13 +86,20 @@ class EdgeStore:
             meta = self.collection_meta(name)
             if meta is not None:
                 meta.check(embedder_id, dim, normalized)
+                meta.check_quantization(self.quantization, str(self.root))
                 self._shard(name)
                 return meta
             qe = _edge()
             hnsw = qe.HnswIndexConfig(m=self.hnsw_m, ef_construct=self.hnsw_ef_construct,
                                       full_scan_threshold=self.full_scan_threshold)
-            quant = (qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, quantile=0.99, always_ram=True)
-                     if self.quantization == "int8" else None)
+            quant = None
+            if self.quantization == "int8":
+                quant = qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, quantile=0.99, always_ram=True)
+            elif self.quantization.startswith("binary"):  # one bit a component, kept in RAM; originals rescore
+                query = (qe.BinaryQuantizationQueryEncoding.Binary if self.quantization == "binary_symmetric"
+                         else qe.BinaryQuantizationQueryEncoding.Scalar8Bits)
+                quant = qe.BinaryQuantizationConfig(always_ram=True, encoding=qe.BinaryQuantizationEncoding.OneBit,
+                                                    query_encoding=query)
             config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine,
                                                                quantization_config=quant),
                                    sparse_vectors={SPARSE_NAME: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
@@ -195,8 +202,9 @@ class EdgeStore:
     def _params(self, ef: int | None, exact: bool):
         qe = _edge()
         quant = None
-        if self.quantization == "int8":  # a collection without quantization ignores this
-            quant = qe.QuantizationSearchParams(ignore=False, rescore=self.quantization_rescore)
+        if self.quantization != "none":  # the collection was built with it (ensure_collection checks)
+            quant = qe.QuantizationSearchParams(ignore=False, rescore=self.quantization_rescore,
+                                                oversampling=self.quantization_oversampling)
         return qe.SearchParams(hnsw_ef=ef, exact=exact, quantization=quant)
 
     def disk_usage(self, name: str) -> dict[str, int]:
@@ -204,7 +212,7 @@ class EdgeStore:
 
         ``segments`` is everything under ``segments/`` (much of it preallocated pages for
         payloads, sparse vectors and deletion flags, so it says little at small sizes);
-        ``dense_vectors`` the float32 matrix files, ``quantized`` the int8 codes, ``hnsw`` the
+        ``dense_vectors`` the float32 matrix files, ``quantized`` the int8 or binary codes, ``hnsw`` the
         dense vectors' graph; ``wal`` the write-ahead log (preallocated in fixed-size files).
         """
         root = self.root / name

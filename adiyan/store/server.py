@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .base import (INDEXED_FIELDS, SCHEMA_VERSION, SPARSE_NAME, CollectionMeta, Empty, Filter, Hit, Point, Sparse,
-                   StoreError, fused_limit, settle_ties)
+                   StoreError, check_quantization, fused_limit, settle_ties)
 from .edge import EdgeStore
 
 
@@ -43,7 +43,8 @@ def _to_filter(flt: Filter | None):
 class ServerStore:
     def __init__(self, url: str | None = None, *, path: str | None = None, api_key: str | None = None,
                  hnsw_m: int = 16, hnsw_ef_construct: int = 100, timeout: int = 60,
-                 quantization: str = "none", quantization_rescore: bool = True):
+                 quantization: str = "none", quantization_rescore: bool = True,
+                 quantization_oversampling: float | None = None, indexing_threshold_kb: int | None = None):
         from qdrant_client import QdrantClient  # heavy, optional: only for store.engine=server / local
 
         if url:
@@ -55,10 +56,11 @@ class ServerStore:
         self.where = url or path or ":memory:"
         self.hnsw_m = hnsw_m
         self.hnsw_ef_construct = hnsw_ef_construct
-        if quantization not in ("none", "int8"):
-            raise StoreError(f"store.quantization must be none or int8, got {quantization!r}")
+        check_quantization(quantization, quantization_oversampling)
         self.quantization = quantization
         self.quantization_rescore = quantization_rescore
+        self.quantization_oversampling = quantization_oversampling
+        self.indexing_threshold_kb = indexing_threshold_kb  # the server's optimizer; local mode has none
         if self.engine == "local":
             # Local mode is the server's stand-in: it says, once per call, that it ignores
             # payload indexes and HNSW params. Known and documented; keep test output readable.
@@ -82,20 +84,29 @@ class ServerStore:
         meta = self.collection_meta(name)
         if meta is not None:
             meta.check(embedder_id, dim, normalized)
+            meta.check_quantization(self.quantization, self.where)
             return meta
         m = _models()
         meta = CollectionMeta(name, dim, embedder_id, normalized,
                               extra={"engine": self.engine, "schema": SCHEMA_VERSION, "hnsw_m": self.hnsw_m,
                                      "hnsw_ef_construct": self.hnsw_ef_construct, "quantization": self.quantization})
-        quant = (m.ScalarQuantization(scalar=m.ScalarQuantizationConfig(type=m.ScalarType.INT8, quantile=0.99,
-                                                                        always_ram=True))
-                 if self.quantization == "int8" else None)
+        quant = None
+        if self.quantization == "int8":
+            quant = m.ScalarQuantization(scalar=m.ScalarQuantizationConfig(type=m.ScalarType.INT8, quantile=0.99,
+                                                                           always_ram=True))
+        elif self.quantization.startswith("binary"):  # one bit a component, kept in RAM; originals rescore
+            query = (m.BinaryQuantizationQueryEncoding.BINARY if self.quantization == "binary_symmetric"
+                     else m.BinaryQuantizationQueryEncoding.SCALAR8BITS)
+            quant = m.BinaryQuantization(binary=m.BinaryQuantizationConfig(
+                always_ram=True, encoding=m.BinaryQuantizationEncoding.ONE_BIT, query_encoding=query))
         self.client.create_collection(
             name,
             vectors_config=m.VectorParams(size=dim, distance=m.Distance.COSINE),
             sparse_vectors_config={SPARSE_NAME: m.SparseVectorParams(modifier=m.Modifier.IDF)},
             hnsw_config=m.HnswConfigDiff(m=self.hnsw_m, ef_construct=self.hnsw_ef_construct),
             quantization_config=quant,
+            optimizers_config=(m.OptimizersConfigDiff(indexing_threshold=self.indexing_threshold_kb)
+                               if self.indexing_threshold_kb is not None else None),
             metadata={"adiyan": meta.to_dict()},
         )
         for field in INDEXED_FIELDS:
@@ -174,8 +185,9 @@ class ServerStore:
 
     def _params(self, ef: int | None, exact: bool):
         m = _models()
-        quant = (m.QuantizationSearchParams(ignore=False, rescore=self.quantization_rescore)
-                 if self.quantization == "int8" else None)
+        quant = (m.QuantizationSearchParams(ignore=False, rescore=self.quantization_rescore,
+                                            oversampling=self.quantization_oversampling)
+                 if self.quantization != "none" else None)
         return m.SearchParams(hnsw_ef=ef, exact=exact, quantization=quant)
 
     def count(self, name: str, flt: Filter | None = None) -> int:
@@ -194,13 +206,17 @@ def open_store(settings) -> "object":
     if sc.engine == "edge":
         return EdgeStore(settings.paths.data_dir, hnsw_m=sc.hnsw_m, hnsw_ef_construct=sc.hnsw_ef_construct,
                          quantization=sc.quantization, quantization_rescore=sc.quantization_rescore,
+                         quantization_oversampling=sc.quantization_oversampling,
                          indexing_threshold_kb=sc.indexing_threshold_kb)
     if sc.engine == "server":
         if not sc.url:
             raise StoreError("store.engine=server needs store.url (e.g. ADIYAN_STORE__URL=http://localhost:6333)")
         return ServerStore(sc.url, api_key=os.environ.get(sc.api_key_env), hnsw_m=sc.hnsw_m,
                            hnsw_ef_construct=sc.hnsw_ef_construct, quantization=sc.quantization,
-                           quantization_rescore=sc.quantization_rescore)
+                           quantization_rescore=sc.quantization_rescore,
+                           quantization_oversampling=sc.quantization_oversampling,
+                           indexing_threshold_kb=sc.indexing_threshold_kb)
     return ServerStore(path=str(settings.paths.data_dir / "qdrant-local"), hnsw_m=sc.hnsw_m,
                        hnsw_ef_construct=sc.hnsw_ef_construct, quantization=sc.quantization,
-                       quantization_rescore=sc.quantization_rescore)
+                       quantization_rescore=sc.quantization_rescore,
+                       quantization_oversampling=sc.quantization_oversampling)
