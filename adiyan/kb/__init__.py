@@ -62,7 +62,7 @@ from .policy import (
     source_key,
     validate_filename,
 )
-from ..store.base import Cond, Empty, Filter, LexicalEncoder, Point
+from ..store.base import SPARSE_NAME, TITLE_NAME, Cond, Empty, Filter, LexicalEncoder, Point, Sparse, VectorSpec
 from ..types import RetrievalResult, RetrievedChunk  # noqa: F401 - re-exported for callers of the KB
 
 __all__ = ["VISIBILITIES", "DocumentNotFound", "IngestError", "IngestItem", "IngestResult", "KnowledgeBase",
@@ -117,9 +117,15 @@ class KnowledgeBase(CorpusBm25Stats):
     """Build it with :func:`adiyan.factory.open_kb`; it takes only the config sections it uses."""
 
     def __init__(self, store, embedder, raw: RawStore, *, chunking: ChunkingConfig, ingest: IngestConfig,
-                 collection: str = "adiyan_knowledge_base", parse_cache=None):
+                 collection: str = "adiyan_knowledge_base", parse_cache=None, extra_embedders: dict | None = None,
+                 title_field: bool = False):
+        """``extra_embedders`` ({name: embedder}, embedder.extra): each writes a named dense vector of
+        that name on every chunk; ``title_field`` (store.title_field): every chunk also carries a BM25
+        vector of its document's title."""
         self.store = store
         self.embedder = embedder
+        self.extra_embedders = dict(extra_embedders or {})
+        self.title_field = bool(title_field)
         self.chunking = chunking
         self.ingest = ingest
         self.collection = collection
@@ -135,15 +141,36 @@ class KnowledgeBase(CorpusBm25Stats):
         self._bm25_stats = self.raw.root / "bm25.json"
         self.lexical = LexicalEncoder(avg_len=self.bm25_avg_len())
         self._lengths = LexicalEncoder(b=0.0)  # b = 0: a term's weight gives back its frequency
-        # the same-model rule compares identities (id, runtime, weights), not names
+        # the same-model rule compares identities (id, runtime, weights), not names, per named vector too
         self.store.ensure_collection(self.collection, dim=embedder.dim, embedder_id=embedder_identity(embedder),
-                                     normalized=embedder.normalized)
+                                     normalized=embedder.normalized, vectors=self.vector_specs(),
+                                     title=self.title_field)
         self.repair()
+
+    def vector_specs(self) -> dict[str, VectorSpec]:
+        """The named dense vectors this knowledge base writes (one per extra embedder)."""
+        return {n: VectorSpec(e.dim, embedder_identity(e), e.normalized) for n, e in self.extra_embedders.items()}
+
+    def signals(self) -> list[str]:
+        """Every ranked list a query can have here, by name: ``dense`` (the embedder), each named
+        vector, ``bm25``, and ``title`` when the title field is stored (retrieval.fusion_weights's keys)."""
+        return ["dense", *self.extra_embedders, SPARSE_NAME] + ([TITLE_NAME] if self.title_field else [])
+
+    def signal_embedder(self, signal: str):
+        """The embedder of a dense signal (``dense``: the main one; else a named vector's)."""
+        if signal in ("dense", ""):
+            return self.embedder
+        if signal not in self.extra_embedders:
+            raise ValueError(f"no dense signal {signal!r} in {self.collection!r} (dense signals: "
+                             f"{['dense', *self.extra_embedders]}; embedder.extra)")
+        return self.extra_embedders[signal]
 
     def _check_model(self) -> None:
         meta = self.store.collection_meta(self.collection)
         if meta is not None:
-            meta.check(embedder_identity(self.embedder), self.embedder.dim, self.embedder.normalized)
+            meta.check(embedder_identity(self.embedder), self.embedder.dim, self.embedder.normalized,
+                       vectors=self.vector_specs(),
+                       sparse=(SPARSE_NAME, TITLE_NAME) if self.title_field else (SPARSE_NAME,))
 
     def _fault(self, stage: str) -> None:
         if self.fault_hook is not None:
@@ -400,7 +427,10 @@ class KnowledgeBase(CorpusBm25Stats):
         """
         names = ", ".join(repr(p.filename) for p in group[:3]) + (f" and {len(group) - 3} more" if len(group) > 3 else "")
         try:
-            vectors = self.embedder.embed([c.text for p in group for c in p.chunks], "document")
+            texts = [c.text for p in group for c in p.chunks]
+            vectors = self.embedder.embed(texts, "document")
+            # each named vector through its own embedder, behind the same content-addressed cache
+            named = {n: e.embed(texts, "document") for n, e in self.extra_embedders.items()}
             self._fault("after_embed")
         except Exception as exc:  # nothing is stored yet: the previous versions are untouched
             raise IngestError(f"{names}: ingest failed, previous version kept: "
@@ -409,16 +439,18 @@ class KnowledgeBase(CorpusBm25Stats):
         for lock in locks:
             lock.acquire()
         try:
-            return self._write_locked(group, vectors, names)
+            return self._write_locked(group, vectors, names, named)
         finally:
             for lock in reversed(locks):
                 lock.release()
 
-    def _write_locked(self, group: list[_Prepared], vectors, names: str) -> list[IngestResult]:
+    def _write_locked(self, group: list[_Prepared], vectors, names: str, named: dict | None = None) -> list[IngestResult]:
         now_default = datetime.now(timezone.utc).isoformat(timespec="seconds")
         todo, results, points, offset = [], {}, [], 0
+        named = named or {}
         for p in group:
             vecs = vectors[offset: offset + len(p.chunks)]
+            nvecs = {n: v[offset: offset + len(p.chunks)] for n, v in named.items()}
             offset += len(p.chunks)
             mine = Filter(must=(Cond("source_filename", p.key),))
             committed = self.raw.get(p.key, is_owner=True)  # re-read under the lock
@@ -436,7 +468,8 @@ class KnowledgeBase(CorpusBm25Stats):
                     "source_filename": p.key, "chunk_index": c.index, "ingested_at": p.now,
                     "owner_identity": p.owner, "visibility": p.visibility, "doc_version": p.doc_version,
                     "text": c.text, "bm25_len": self.bm25_length(c.text),
-                }, sparse=self.lexical.document(c.text)) for i, c in enumerate(p.chunks)
+                }, sparse=self.lexical.document(c.text), named={n: v[i] for n, v in nvecs.items()},
+                    title=self.title_vector(p.text) if self.title_field else None) for i, c in enumerate(p.chunks)
             ]
             todo.append(p)
         markers = [self._mark_pending(p.key, p.doc_version) for p in todo]
@@ -501,6 +534,20 @@ class KnowledgeBase(CorpusBm25Stats):
             repaired.append(key)
         return repaired
 
+    @staticmethod
+    def document_title(text: str) -> str:
+        """A document's title: its first level-one Markdown heading (``# Title``, as BEIR passages are
+        written and as Docling writes a title) among its first lines; "" when it has none."""
+        for line in text.lstrip().splitlines()[:5]:
+            if line.startswith("# "):
+                return line[2:].strip()
+        return ""
+
+    def title_vector(self, text: str) -> Sparse:
+        """The title field's BM25 vector: term frequencies saturated with k = 1.2 and no length
+        normalisation (b = 0: titles are short); IDF from the title field, applied by the engine."""
+        return self._lengths.document(self.document_title(text))
+
     def finish_ingest(self) -> None:
         """Once a batch is stored: refresh the BM25 statistics from the corpus, build the index (HNSW)."""
         self.refresh_bm25_stats()
@@ -524,10 +571,15 @@ class KnowledgeBase(CorpusBm25Stats):
     def search(self, query: str, limit: int, *, requester_id: str | None, is_owner: bool = False,
                within: str | None = None, mode: str = "dense", rrf_k: int = 60, prefetch: int = 50,
                ef: int | None = None, exact: bool = False, query_vector=None,
-               unscoped: bool = False) -> list[RetrievedChunk]:
+               unscoped: bool = False, signal: str | None = None, query_vectors: dict | None = None,
+               sparse_query: Sparse | None = None) -> list[RetrievedChunk]:
         """One engine query (dense, BM25 or hybrid fused in the engine) under the access filter,
         through the committed version.
 
+        ``signal`` picks one list: a dense signal (``dense`` or a named vector, mode dense) or a
+        sparse one (``bm25`` or ``title``, mode bm25); hybrid fuses every signal of :meth:`signals`
+        by RRF in the engine. ``query_vector`` / ``query_vectors`` ({signal: vector}) replace the
+        embedded query (a moved PRF vector), ``sparse_query`` the tokenized one (an RM3 expansion).
         Scores are the engine's: cosine for dense, BM25 for bm25, RRF for hybrid. ``within``
         restricts to one source (the caller checks that the requester may see it). ``unscoped``
         drops the access filter: only the replay of the unscoped-search incident asks for it.
@@ -543,19 +595,35 @@ class KnowledgeBase(CorpusBm25Stats):
             flt = _and(flt, Filter(must=(Cond("source_filename", within),)))
         if mode not in ("dense", "bm25", "hybrid"):
             raise ValueError(f"retrieval.mode: unknown mode {mode!r} (dense | bm25 | hybrid)")
-        sparse = self.lexical.query(query) if mode != "dense" else None
-        qv = None
-        if mode != "bm25":
-            qv = query_vector if query_vector is not None else self.embedder.embed([query], "query")[0]
+        sparse_signals = (SPARSE_NAME, TITLE_NAME)
+        signal = signal or ("dense" if mode == "dense" else SPARSE_NAME)
+        if mode == "bm25" and signal not in sparse_signals or mode == "dense" and signal in sparse_signals:
+            raise ValueError(f"signal {signal!r} is not a {mode} list here (signals: {self.signals()})")
+        if signal not in self.signals():
+            raise ValueError(f"no signal {signal!r} in {self.collection!r} (signals: {self.signals()}; "
+                             f"embedder.extra, store.title_field)")
+        sparse = (sparse_query if sparse_query is not None else self.lexical.query(query)) if mode != "dense" else None
+        vectors = dict(query_vectors or {})
+        if query_vector is not None:
+            vectors["dense" if mode == "hybrid" else signal] = query_vector
+
+        def qvec(name: str):
+            if name not in vectors:
+                vectors[name] = self.signal_embedder(name).embed([query], "query")[0]
+            return vectors[name]
+
         fetch = limit
         for _ in range(self.GATE_ROUNDS):
             if mode == "bm25":
-                hits = self.store.sparse_search(self.collection, sparse, fetch, flt=flt)
+                hits = self.store.sparse_search(self.collection, sparse, fetch, flt=flt, using=signal)
             elif mode == "hybrid":
-                hits = self.store.hybrid_search(self.collection, qv, sparse, fetch, flt=flt,
-                                                prefetch=max(prefetch, fetch), rrf_k=rrf_k, ef=ef, exact=exact)
+                hits = self.store.hybrid_search(self.collection, qvec("dense"), sparse, fetch, flt=flt,
+                                                prefetch=max(prefetch, fetch), rrf_k=rrf_k, ef=ef, exact=exact,
+                                                named={n: qvec(n) for n in self.extra_embedders} or None,
+                                                title=sparse if self.title_field else None)
             else:
-                hits = self.store.search(self.collection, qv, fetch, flt=flt, ef=ef, exact=exact)
+                hits = self.store.search(self.collection, qvec(signal), fetch, flt=flt, ef=ef, exact=exact,
+                                         using=None if signal == "dense" else signal)
             kept, stale = committed_only(hits, self.raw.committed)
             if not stale or len(kept) >= limit or len(hits) < fetch:
                 break
