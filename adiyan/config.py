@@ -300,6 +300,11 @@ def _parse_scalar(text: str) -> Any:
         return text
 
 
+# mappings whose keys are names the user chooses (embedder ids, signal names): any key is accepted under them,
+# and a mapping given for one replaces the default whole
+FREE_KEYED = ("score_floors", "fusion_weights")
+
+
 def _set_path(data: dict, parts: list[str], value: Any, *, source: str) -> None:
     node = data
     for i, part in enumerate(parts[:-1]):
@@ -308,7 +313,7 @@ def _set_path(data: dict, parts: list[str], value: Any, *, source: str) -> None:
             raise ConfigError(f"{source}: unknown section {'.'.join(parts[: i + 1])!r} (sections: {known})")
         node = node[part]
     leaf = parts[-1]
-    if leaf not in node and not (len(parts) >= 2 and parts[-2] == "score_floors"):
+    if leaf not in node and not (len(parts) >= 2 and parts[-2] in FREE_KEYED):
         raise ConfigError(
             f"{source}: unknown key {'.'.join(parts)!r}; known here: {', '.join(sorted(node))}"
         )
@@ -321,7 +326,7 @@ def _merge(root: dict, top: Mapping, *, source: str, prefix: tuple[str, ...] = (
         node = node[part]
     for key, value in top.items():
         path = prefix + (str(key),)
-        if isinstance(value, Mapping) and isinstance(node.get(key), dict) and key != "score_floors":
+        if isinstance(value, Mapping) and isinstance(node.get(key), dict) and key not in FREE_KEYED:
             _merge(root, value, source=source, prefix=path)
         else:
             _set_path(root, list(path), value, source=source)

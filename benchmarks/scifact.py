@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
-from benchmarks._scifact_tables import tuning_table  # noqa: E402
+from benchmarks._scifact_tables import signals_table, tuning_table  # noqa: E402
 
 for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}.items():
     os.environ.setdefault(_k, _v)
@@ -346,9 +346,9 @@ def run_scifact(data: str | os.PathLike | None = None, out: str | os.PathLike | 
         f.stem.split(".", 1)[1]: json.loads(f.read_text(encoding="utf-8"))
         for f in sorted(bench_dir.glob("scifact_tuning.*.json"))
         if f.stem.split(".", 1)[1] not in ("train", "bm25", "prefetch") and "." not in f.stem.split(".", 1)[1]}
-    signals = bench_dir / "scifact_signals.json"
-    if signals.is_file():
-        report["signals_offline"] = json.loads(signals.read_text(encoding="utf-8"))
+    # more signals through the product (scifact_signals.py: named vectors, title field, RM3), one file per signal set
+    report["signals"] = {f.name[len("scifact_signals."):-len(".json")]: json.loads(f.read_text(encoding="utf-8"))
+                         for f in sorted(bench_dir.glob("scifact_signals.*.json")) if not f.name.endswith(".train.json")}
     _log(summary_table(report))
     if out:
         out = Path(out)
@@ -381,14 +381,8 @@ def summary_table(report: dict) -> str:
         lines.append("tuned on train, tested once (benchmarks/scifact_tuning.py):\n" + tuning_table(report["tuning"]))
         for emb, rep in (report.get("tuning_other_embedders") or {}).items():
             lines.append(f"the same routes with {emb} as the dense signal (--embedder {emb}):\n" + tuning_table(rep))
-    sig = report.get("signals_offline")
-    if sig:
-        rows = sig["rows"]
-        lines.append(f"signals {' + '.join(sig['signals'])} (offline, train, {len(rows)} weightings): best {sig['best']} "
-                     f"{rows[sig['best']]}; best with <= 2 signals {sig['best_two_signals']} {rows[sig['best_two_signals']]}")
-        for width, row in (sig.get("matryoshka_train") or {}).items():
-            lines.append(f"matryoshka {width} (train): dense {row['dense']}, convex z 0.6 {row['convex_z_a0.6']}, "
-                         f"rrf k60 {row['rrf_k60']}; index {row['open_index_s']} s, embedding misses {row['cache']['misses']}")
+    for tag, rep in (report.get("signals") or {}).items():
+        lines.append(f"more signals through the product ({tag}; benchmarks/scifact_signals.py):\n" + signals_table(rep))
     return "\n".join(lines)
 
 
