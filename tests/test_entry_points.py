@@ -390,7 +390,17 @@ BUILD_SETTINGS = {
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
 @pytest.mark.parametrize("setting", sorted(BUILD_SETTINGS))
 def test_build_time_signals_change_what_every_entry_point_retrieves(world, spy, monkeypatch, capsys, entry, setting):
-    _check(world, spy, monkeypatch, capsys, entry, setting, BUILD_SETTINGS)
+    """The changed run gets its own data directory: a knowledge base built without the signal refuses
+    to be opened with it (EmbedderMismatchError naming the setting, tests/test_signals.py)."""
+    base, changed, _ = BUILD_SETTINGS[setting]
+    shown_a, seen_a = _run(entry, world, base, spy, monkeypatch, capsys)
+    other = dict(world, root=world["root"] / f"built-{setting}-{entry}")
+    other["root"].mkdir(exist_ok=True)
+    shown_b, seen_b = _run(entry, other, changed, spy, monkeypatch, capsys)
+    assert seen_a and seen_b, f"{entry} retrieved without the pipeline"
+    assert seen_a != seen_b, f"{setting} changed nothing {entry} retrieved"
+    if _top_k(seen_a) != _top_k(seen_b) and entry != "agent":
+        assert shown_a != shown_b, f"{setting} changed the chunks {entry} was given but not what it shows"
 
 
 ENGINE_SETTINGS = {
