@@ -356,7 +356,7 @@ class Retriever:
         if prf:
             vectors = {}
             for signal in self._dense_signals():
-                emb = self.kb.signal_embedder(signal)
+                emb = self.kb.signal_embedder(signal) if hasattr(self.kb, "signal_embedder") else self.kb.embedder
                 qv = emb.embed([q], "query")[0]
                 if first:  # chunk vectors come from the embedding cache (ingest embedded the same texts)
                     qv = rocchio(qv, emb.embed([c.text for c in first[:prf]], "document"), rc.prf_weight)
