@@ -71,7 +71,7 @@ def base_settings(config=None, overrides: dict | None = None):
 
     return load_settings(config).with_overrides({
         "embedder.truncate_dim": None, **PRODUCT_VARIANTS["whole_documents"],
-        "retrieval.rank_depth": PRODUCT_DEPTH, "retrieval.hybrid_prefetch": PREFETCH, **(overrides or {})})
+        "retrieval.rank_depth": PRODUCT_DEPTH, **(overrides or {})})
 
 
 def product_overrides(embedder: str, weights: dict[str, float], *, prf=None, rm3=None) -> dict:
