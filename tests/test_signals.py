@@ -14,6 +14,8 @@ from adiyan.retrieval.pipeline import InertSetting, Retriever, UnsupportedSettin
 from adiyan.retrieval.rm3 import expand, relevance_model
 from adiyan.store.base import EmbedderMismatchError, Sparse
 
+from tests.conftest import MODEL_DIR, ROOT
+
 DOCS = {
     "refunds.md": "# Refunds\n\nForm RF-22 requests a refund; the office must receive it within 14 days.",
     "refund_late.md": "# Late refunds\n\nA refund form that reaches the office after the deadline is refused.",
@@ -177,3 +179,30 @@ def test_signals_are_refused_by_name_where_they_cannot_act(make_settings, tmp_pa
         open_kb(s.with_overrides({"embedder.extra": []}), progress=False)
     with pytest.raises(ValueError, match="already the main embedder"):
         open_kb(s.with_overrides({"embedder.extra": ["minilm"]}), progress=False)
+
+
+def test_llama_cpp_is_loaded_with_passive_openmp_threads(tmp_path):
+    """OpenMP reads OMP_WAIT_POLICY once, when llama.cpp's runtime loads: the first import of llama_cpp
+    must see PASSIVE (spinning threads cost a 3-token embedding 1.33 CPU-seconds against 0.034 on the
+    loaded 2-core machine, adiyan/models/base.py), and a value the user set is kept."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import builtins, os, sys\n"
+        "seen = []\n"
+        "real = builtins.__import__\n"
+        "def spy(name, *a, **k):\n"
+        "    if name == 'llama_cpp' and 'llama_cpp' not in sys.modules:\n"
+        "        seen.append(os.environ.get('OMP_WAIT_POLICY'))\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = spy\n"
+        "from adiyan.models import load_embedder\n"
+        f"load_embedder('nomic-embed-text', models_dir={str(MODEL_DIR)!r}, progress=False)\n"
+        "print(seen[0])\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.stdout.strip().splitlines()[-1] == "PASSIVE", out.stderr[-2000:]
+    out = subprocess.run([sys.executable, "-c", probe], env={**env, "OMP_WAIT_POLICY": "ACTIVE"}, cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.stdout.strip().splitlines()[-1] == "ACTIVE", out.stderr[-2000:]
