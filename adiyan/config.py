@@ -51,6 +51,11 @@ class EmbedderConfig(_Section):
     # Matryoshka truncation (nomic-embed-text is trained for it); None keeps full width.
     truncate_dim: int | None = Field(None, ge=8)
     threads: int | None = None
+    # More dense signals per chunk: each packaged embedder named here (minilm | mpnet | nomic-embed-text, a
+    # sentence-transformers:PATH or gguf:PATH) writes a Qdrant named vector of that name beside the main one,
+    # in the same collection, through the embedding cache; hybrid retrieval fuses every signal (rrf, dbsf, or
+    # weighted with retrieval.fusion_weights). Knowledge-base chunks only: memory and book pages use the main one.
+    extra: list[str] = Field(default_factory=list)
 
 
 class LLMConfig(_Section):
@@ -96,6 +101,9 @@ class StoreConfig(_Section):
     # Qdrant indexes (HNSW, quantization) a segment once it holds this many KB of vectors; below
     # it search is exact over float32. None: Qdrant's default (10,000 KB, ~6,500 384-d vectors).
     indexing_threshold_kb: int | None = Field(None, ge=1)
+    # Each chunk also carries a BM25 vector of its document's title (the first "# " heading, BEIR's title
+    # field), searched as the "title" signal beside the chunk's own BM25 (retrieval.fusion_weights)
+    title_field: bool = False
 
 
 class IngestConfig(_Section):
@@ -148,11 +156,20 @@ class RetrievalConfig(_Section):
     # client-side over the two prefetch lists: dbsf (Qdrant's mean ± 3σ) or convex, fusion_weight ·
     # norm(dense) + (1 − fusion_weight) · norm(bm25) with fusion_norm minmax | z. prf_docs > 0: dense
     # pseudo-relevance feedback, q + prf_weight · mean(top prf_docs chunk vectors), then search again.
-    fusion: Literal["rrf", "dbsf", "convex"] = "rrf"
+    # weighted: Σ w · norm(signal) over every signal, weights by name in fusion_weights: "dense" (the embedder),
+    # each name in embedder.extra, "bm25" and, with store.title_field, "title"; non-negative, summing to 1
+    fusion: Literal["rrf", "dbsf", "convex", "weighted"] = "rrf"
     fusion_weight: float = Field(0.5, ge=0, le=1)
     fusion_norm: Literal["minmax", "z"] = "minmax"
+    fusion_weights: dict[str, float] = Field(default_factory=dict)
     prf_docs: int = Field(0, ge=0)
     prf_weight: float = Field(0.5, ge=0)
+    # RM3 for BM25 (Abdul-Jaleel et al., 2004): the first ranking's top rm3_docs chunks give a term
+    # distribution whose rm3_terms heaviest terms join the query, the original terms weighted
+    # rm3_weight and the feedback terms 1 − rm3_weight; the BM25 (and title) search then runs again
+    rm3_docs: int = Field(0, ge=0)
+    rm3_terms: int = Field(10, ge=1)
+    rm3_weight: float = Field(0.5, ge=0, le=1)
     rerank: bool = False
     rerank_model: str = "mpnet"
     rerank_overfetch: int = Field(4, ge=1)
@@ -291,6 +308,11 @@ def _parse_scalar(text: str) -> Any:
         return text
 
 
+# mappings whose keys are names the user chooses (embedder ids, signal names): any key is accepted under them,
+# and a mapping given for one replaces the default whole
+FREE_KEYED = ("score_floors", "fusion_weights")
+
+
 def _set_path(data: dict, parts: list[str], value: Any, *, source: str) -> None:
     node = data
     for i, part in enumerate(parts[:-1]):
@@ -299,7 +321,7 @@ def _set_path(data: dict, parts: list[str], value: Any, *, source: str) -> None:
             raise ConfigError(f"{source}: unknown section {'.'.join(parts[: i + 1])!r} (sections: {known})")
         node = node[part]
     leaf = parts[-1]
-    if leaf not in node and not (len(parts) >= 2 and parts[-2] == "score_floors"):
+    if leaf not in node and not (len(parts) >= 2 and parts[-2] in FREE_KEYED):
         raise ConfigError(
             f"{source}: unknown key {'.'.join(parts)!r}; known here: {', '.join(sorted(node))}"
         )
@@ -312,7 +334,7 @@ def _merge(root: dict, top: Mapping, *, source: str, prefix: tuple[str, ...] = (
         node = node[part]
     for key, value in top.items():
         path = prefix + (str(key),)
-        if isinstance(value, Mapping) and isinstance(node.get(key), dict) and key != "score_floors":
+        if isinstance(value, Mapping) and isinstance(node.get(key), dict) and key not in FREE_KEYED:
             _merge(root, value, source=source, prefix=path)
         else:
             _set_path(root, list(path), value, source=source)

@@ -29,6 +29,24 @@ def open_embedder(settings: Settings, *, cached: bool = True, progress: bool = T
     return embedder_from_settings(settings, cached=cached, progress=progress)
 
 
+def open_extra_embedders(settings: Settings, *, progress: bool = True) -> dict:
+    """The embedders of ``embedder.extra`` by name, each behind the embedding cache: the named dense
+    vectors of the knowledge base. Loaded like the main one (models folder, batch size, threads);
+    a server URL or a Matryoshka width applies to the main embedder only."""
+    names = list(settings.embedder.extra)
+    if len(set(names)) != len(names):
+        raise ValueError(f"embedder.extra={names}: a name appears twice")
+    if settings.embedder.name in names:
+        raise ValueError(f"embedder.extra={names}: {settings.embedder.name!r} is already the main embedder "
+                         f"(embedder.name); its vector would be stored twice")
+    out = {}
+    for name in names:
+        one = settings.with_overrides({"embedder.name": name, "embedder.url": None, "embedder.model": None,
+                                       "embedder.truncate_dim": None})
+        out[name] = embedder_from_settings(one, progress=progress)
+    return out
+
+
 def open_llm(settings: Settings):
     return llm_from_settings(settings)
 
@@ -54,13 +72,15 @@ def open_kb(settings: Settings, *, embedder=None, store=None, raw: RawStore | No
     if data_dir is not None:
         settings = settings.with_overrides({"paths.data_dir": str(data_dir)})
     embedder = embedder if embedder is not None else open_embedder(settings, progress=progress)
+    extra = open_extra_embedders(settings, progress=progress)
     owned = store is None  # a store the caller passed stays the caller's to close
     store = open_store(settings) if owned else store
     raw = raw if raw is not None else RawStore(Path(settings.paths.data_dir) / "raw")
     try:
         kb = KnowledgeBase(store, embedder, raw, chunking=settings.chunking, ingest=settings.ingest,
                            collection=settings.store.collection_prefix + "knowledge_base",
-                           parse_cache=parse_cache(settings))
+                           parse_cache=parse_cache(settings), extra_embedders=extra,
+                           title_field=settings.store.title_field)
         kb.book_pages = BookPages(kb, collection=settings.store.collection_prefix + "book_pages",
                                   min_pdf_pages=settings.ingest.book_min_pages)
         kb.book_pages.sync()  # an index built before the collection existed, or a crash after a commit

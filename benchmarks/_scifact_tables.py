@@ -46,3 +46,36 @@ def tuning_table(report: dict) -> str:
             lines.append(f"  {n} vs rrf_k60, nDCG@10: {r['ndcg@10']['sentence']}")
     return "\n".join(lines)
 
+
+
+def signals_table(report: dict) -> str:
+    """The SciFact signals table: train (grid, Retriever), test, p vs RRF and vs the preset, latency, index."""
+    t = report.get("test") or {}
+    # p_preset: against the preset nomic-hybrid on the same test queries (for bm25+rm3: against BM25 alone)
+    lines = [f"{'final':<16} {'train':>7} {'train(R)':>8} {'test':>7} {'p_rrf':>7} {'p_preset':>8} "
+             f"{'p50ms':>6} {'p95ms':>6} {'index MB':>8}  settings"]
+    for name, f in report["finals"].items():
+        pt = f.get("pipeline_train") or {}
+        sc = t.get("scores", {}).get(name, {})
+        p = t.get("vs_rrf", {}).get(name, {}).get("ndcg@10", {}).get("p_value")
+        pp = t.get("vs_preset_nomic-hybrid", {}).get(name, {}).get("ndcg@10", {}).get("p_value")
+        if name == "bm25+rm3":  # RM3 on BM25 alone: its own baseline is BM25
+            pp = t.get("vs_bm25", {}).get(name, {}).get("ndcg@10", {}).get("p_value")
+        lat = t.get("latency_ms", {}).get(name, {})
+        ov = {k.split(".", 1)[1]: v for k, v in f["overrides"].items() if k not in ("retrieval.mode", "retrieval.fusion",
+                                                                                  "retrieval.fusion_norm",
+                                                                                  "retrieval.hybrid_prefetch")}
+        lines.append(f"{name:<16} {f['train_grid']['ndcg@10']:>7.4f} {pt.get('ndcg@10', float('nan')):>8.4f} "
+                     f"{sc.get('ndcg@10', float('nan')):>7.4f} {'' if p is None else f'{p:.4f}':>7} "
+                     f"{'' if pp is None else f'{pp:.4f}':>8} {lat.get('p50', float('nan')):>6.1f} "
+                     f"{lat.get('p95', float('nan')):>6.1f} {(pt.get('index') or {}).get('disk_mb', float('nan')):>8}  {ov}")
+    for ref in ("rrf_k60", "preset_nomic-hybrid", "bm25"):
+        if ref in t.get("scores", {}):
+            lines.append(f"{ref:<16} {'':>7} {'':>8} {t['scores'][ref]['ndcg@10']:>7.4f}")
+    if report.get("winner_by_train"):
+        lines.append(f"winner by train: {report['winner_by_train']} ({report['winner_rule']})")
+    for ds, g in (report.get("generalisation") or {}).items():
+        lines.append(f"{ds}: " + ", ".join(f"{n} {g['scores'][n]['ndcg@10']:.4f}" for n in g["scores"]))
+        for n, r in g.get("non_inferiority_vs_rrf", {}).items():
+            lines.append(f"  {n} vs rrf_k60, nDCG@10: {r['ndcg@10']['sentence']}")
+    return "\n".join(lines)

@@ -109,6 +109,35 @@ def test_scifact_signals_grid_covers_the_simplex_once():
     assert (0.5, 0.25, 0.25) in points and (1.0, 0.0, 0.0) in points
 
 
+def test_scifact_signals_numpy_grid_is_the_pipelines_weighted_fusion():
+    """The vectorised grid (benchmarks/scifact_signals.py) scores every weighting as the product's own
+    fusion.weighted + ir_metrics would: checked on random lists over 30 queries, several weightings,
+    with ties (equal scores) and documents missing from some lists."""
+    import numpy as np
+
+    from benchmarks.scifact_signals import library_score, product_overrides, weight_grid
+
+    rng = np.random.default_rng(3)
+    signals = ["dense", "minilm", "bm25"]
+    data, qrels, ids = {}, {}, {}
+    for q in range(30):
+        docs = [f"d{i:03d}" for i in rng.choice(200, 40, replace=False)]
+        lists = {s: {f"o/{d}.md#0": float(round(rng.normal(), 1)) for d in rng.choice(docs, 25, replace=False)}
+                 for s in signals}
+        data[f"q{q}"] = {"lists": lists, "source": {f"o/{d}.md#0": f"o/{d}.md" for d in docs}}
+        ids.update({f"o/{d}.md": d for d in docs})
+        qrels[f"q{q}"] = {d: int(rng.integers(1, 3)) for d in rng.choice(docs, 3, replace=False)}
+    grid = weight_grid(data, signals, qrels, ids, 0.25)
+    assert len(grid) == 15
+    for w in [(0.5, 0.25, 0.25), (1.0, 0.0, 0.0), (0.0, 0.25, 0.75), (0.25, 0.25, 0.5)]:
+        lib = library_score(data, dict(zip(signals, w)), qrels, ids)
+        assert abs(grid[w] - lib["ndcg@10"]) < 1e-4, (w, grid[w], lib)
+    # a weighting as product settings: a signal weighted 0 is not built at all
+    o = product_overrides("nomic-embed-text", {"dense": 0.5, "minilm": 0.0, "bm25": 0.3, "title": 0.2})
+    assert o["embedder.extra"] == [] and o["store.title_field"] is True
+    assert o["retrieval.fusion_weights"] == {"dense": 0.5, "bm25": 0.3, "title": 0.2}
+
+
 def test_ingest_has_a_parser_bound_ratio_beside_the_markdown_one():
     """Markdown parsing is a no-op: the benchmark also ingests DOCX / PDF (Docling) and PPTX files."""
     from adiyan.ingest.parse import METHODS

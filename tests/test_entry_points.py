@@ -341,6 +341,16 @@ SETTINGS = {
     "retrieval.prf_docs": ({}, {"retrieval.prf_docs": 3, "retrieval.prf_weight": 2.0}, {}),
     "retrieval.prf_weight": ({"retrieval.prf_docs": 3, "retrieval.prf_weight": 0.1},
                              {"retrieval.prf_docs": 3, "retrieval.prf_weight": 4.0}, {}),
+    # weighted fusion over every signal by name, and RM3 expansion of the BM25 query (issue 27 §3)
+    "retrieval.fusion_weights": (
+        {"retrieval.mode": "hybrid", "retrieval.fusion": "weighted", "retrieval.fusion_weights": {"dense": 0.9, "bm25": 0.1}},
+        {"retrieval.mode": "hybrid", "retrieval.fusion": "weighted", "retrieval.fusion_weights": {"dense": 0.1, "bm25": 0.9}},
+        {}),
+    "retrieval.rm3_docs": ({"retrieval.mode": "bm25"}, {"retrieval.mode": "bm25", "retrieval.rm3_docs": 3}, {}),
+    "retrieval.rm3_terms": ({"retrieval.mode": "bm25", "retrieval.rm3_docs": 3, "retrieval.rm3_terms": 1},
+                            {"retrieval.mode": "bm25", "retrieval.rm3_docs": 3, "retrieval.rm3_terms": 30}, {}),
+    "retrieval.rm3_weight": ({"retrieval.mode": "bm25", "retrieval.rm3_docs": 3, "retrieval.rm3_weight": 0.95},
+                             {"retrieval.mode": "bm25", "retrieval.rm3_docs": 3, "retrieval.rm3_weight": 0.05}, {}),
 }
 
 
@@ -367,6 +377,31 @@ def _run(entry, world, overrides, spy, monkeypatch, capsys):
 @pytest.mark.parametrize("setting", sorted(SETTINGS))
 def test_every_setting_changes_what_every_entry_point_retrieves(world, spy, monkeypatch, capsys, entry, setting):
     _check(world, spy, monkeypatch, capsys, entry, setting, SETTINGS)
+
+
+# Build-time signals (issue 27 §3): more lists per chunk, fused in hybrid mode; each entry point either
+# retrieves differently with them or refuses them by name
+BUILD_SETTINGS = {
+    "embedder.extra": ({"retrieval.mode": "hybrid"}, {"retrieval.mode": "hybrid", "embedder.extra": ["mpnet"]}, {}),
+    "store.title_field": ({"retrieval.mode": "hybrid"}, {"retrieval.mode": "hybrid", "store.title_field": True}, {}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+@pytest.mark.parametrize("setting", sorted(BUILD_SETTINGS))
+def test_build_time_signals_change_what_every_entry_point_retrieves(world, spy, monkeypatch, capsys, entry, setting):
+    """The changed run gets its own data directory: a knowledge base built without the signal refuses
+    to be opened with it (EmbedderMismatchError naming the setting, tests/test_signals.py)."""
+    base, changed, _ = BUILD_SETTINGS[setting]
+    shown_a, seen_a = _run(entry, world, base, spy, monkeypatch, capsys)
+    other = dict(world, root=world["root"] / f"built-{setting}-{entry}")
+    other["root"].mkdir(exist_ok=True)
+    shown_b, seen_b = _run(entry, other, changed, spy, monkeypatch, capsys)
+    assert seen_a and seen_b, f"{entry} retrieved without the pipeline"
+    assert seen_a != seen_b, f"{setting} changed nothing {entry} retrieved"
+    if _top_k(seen_a) != _top_k(seen_b) and entry != "agent":
+        assert shown_a != shown_b, f"{setting} changed the chunks {entry} was given but not what it shows"
 
 
 ENGINE_SETTINGS = {
@@ -448,6 +483,10 @@ INERT = {
     "fusion_norm": ({"retrieval.mode": "hybrid"}, "z"),
     "prf_docs": ({"retrieval.mode": "bm25"}, 3),
     "prf_weight": ({"retrieval.mode": "dense"}, 2.0),
+    "fusion_weights": ({"retrieval.mode": "hybrid"}, {"dense": 0.5, "bm25": 0.5}),
+    "rm3_docs": ({"retrieval.mode": "dense"}, 3),
+    "rm3_terms": ({"retrieval.mode": "bm25"}, 5),
+    "rm3_weight": ({"retrieval.mode": "hybrid"}, 0.2),
     "rerank_model": ({}, "minilm"),
     "rerank_overfetch": ({}, 2),
 }

@@ -93,7 +93,8 @@ class _FakeKB:
                  "doc three": [0.6, 0.8, 0.0]}
         return np.asarray([table[t] for t in texts], dtype=np.float32)
 
-    def search(self, q, limit, *, mode, query_vector=None, **kw):
+    def search(self, q, limit, *, mode, query_vector=None, query_vectors=None, **kw):
+        query_vector = (query_vectors or {}).get("dense", query_vector)  # the main dense signal's vector
         self.calls.append({"mode": mode, "query_vector": None if query_vector is None else np.array(query_vector),
                            "limit": limit})
         return [RetrievedChunk(f"s/{t}", 0, 1.0 - 0.1 * i, t) for i, t in enumerate(["doc one", "doc two", "doc three"])]

@@ -43,6 +43,7 @@ DEPTH = 1000  # BEIR's runs keep 1000 documents per query
 REGISTRY = Path(__file__).with_name("beir_published.yaml")
 # retrieval settings the whole-document protocol has nothing to apply with (BM25, exact dense, RRF only)
 NOT_IN_BEIR_PROTOCOL = {"fusion": "it fuses by RRF (retrieval.rrf_k) only", "prf_docs": "it has no feedback step",
+                        "rm3_docs": "it has no feedback step",
                         "rerank": "it has no re-ranker", "query_transform": "it embeds each query as written"}
 
 
@@ -73,6 +74,11 @@ def refuse_beir_protocol(settings, entry_point: str) -> None:
         raise UnsupportedSetting(setting, f"invoke eval on {settings.eval.evalset}",
                                  "the BEIR protocol needs a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) "
                                  "as eval.evalset; an authored or conversation evalset has no whole-document protocol")
+    for changed, on in ((settings.embedder.extra, f"embedder.extra={settings.embedder.extra}"),
+                        (settings.store.title_field, "store.title_field=true")):
+        if changed:
+            raise UnsupportedSetting(on, f"invoke eval under {setting}", "the BEIR protocol ranks by one dense model "
+                                     "and one BM25 field (use eval.beir_protocol=product to measure it on the product path)")
     defaults = RetrievalConfig()
     for name, why in NOT_IN_BEIR_PROTOCOL.items():
         value = getattr(settings.retrieval, name)

@@ -40,7 +40,7 @@ from ..config import ConversationConfig, EvalConfig
 from ..factory import open_embedder, open_kb
 from ..generation import answer_question, approx_tokens
 from ..kb import IngestError, IngestItem
-from ..retrieval.pipeline import UnsupportedSetting, refuse_inert
+from ..retrieval.pipeline import UnsupportedSetting, check_signals, refuse_inert, signals_of
 from ..types import RetrievedChunk
 from .. import metrics as M
 from .beir_protocol import refuse_beir_protocol
@@ -313,6 +313,7 @@ def refuse_conversation_settings(settings, entry_point: str) -> None:
     So is a retrieval setting with nothing to act on under the chosen mode (``refuse_inert``, which
     the Retriever applies too): here it is refused before an index is built or a run directory written."""
     refuse_inert(settings.retrieval, entry_point)
+    check_signals(settings.retrieval, signals_of(settings), entry_point)  # embedder.extra / title_field need hybrid
     refuse_beir_protocol(settings, entry_point)  # eval.beir_protocol=beir: invoke eval on a BEIR folder only
     for key in ("locomo_answer_per_category", "locomo_conversations"):  # read by the LoCoMo run only
         if getattr(settings.eval, key) != EvalConfig.model_fields[key].default:

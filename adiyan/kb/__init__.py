@@ -54,15 +54,15 @@ from .batch import (
     read_item,
 )
 from .bm25 import CorpusBm25Stats
+from .signals import SignalSearch
 from .policy import (
     VISIBILITIES,
     IngestError,
     access_filter,
-    committed_only,
     source_key,
     validate_filename,
 )
-from ..store.base import Cond, Empty, Filter, LexicalEncoder, Point
+from ..store.base import SPARSE_NAME, TITLE_NAME, Cond, Empty, Filter, LexicalEncoder, Point
 from ..types import OWNER, Requester, RetrievalResult, RetrievedChunk  # noqa: F401 - re-exported for callers of the KB
 
 __all__ = ["VISIBILITIES", "DocumentNotFound", "IngestError", "IngestItem", "IngestResult", "KnowledgeBase",
@@ -73,11 +73,6 @@ _POINT_NS = uuid.UUID("6f1c0a52-3b8e-4c1e-9a57-5d2f1a7e0b11")
 class DocumentNotFound(LookupError):
     """No such document *for this requester*: hidden and missing documents are indistinguishable."""
 
-
-def _and(a: Filter | None, b: Filter | None) -> Filter | None:
-    if a is None:
-        return b
-    return a.and_(b)
 
 
 @dataclass
@@ -113,13 +108,19 @@ class _Prepared:
     chunk_s: float = 0.0  # time spent chunking (the semantic chunker embeds sentences)
 
 
-class KnowledgeBase(CorpusBm25Stats):
+class KnowledgeBase(CorpusBm25Stats, SignalSearch):
     """Build it with :func:`adiyan.factory.open_kb`; it takes only the config sections it uses."""
 
     def __init__(self, store, embedder, raw: RawStore, *, chunking: ChunkingConfig, ingest: IngestConfig,
-                 collection: str = "adiyan_knowledge_base", parse_cache=None):
+                 collection: str = "adiyan_knowledge_base", parse_cache=None, extra_embedders: dict | None = None,
+                 title_field: bool = False):
+        """``extra_embedders`` ({name: embedder}, embedder.extra): each writes a named dense vector of
+        that name on every chunk; ``title_field`` (store.title_field): every chunk also carries a BM25
+        vector of its document's title."""
         self.store = store
         self.embedder = embedder
+        self.extra_embedders = dict(extra_embedders or {})
+        self.title_field = bool(title_field)
         self.chunking = chunking
         self.ingest = ingest
         self.collection = collection
@@ -135,15 +136,18 @@ class KnowledgeBase(CorpusBm25Stats):
         self._bm25_stats = self.raw.root / "bm25.json"
         self.lexical = LexicalEncoder(avg_len=self.bm25_avg_len())
         self._lengths = LexicalEncoder(b=0.0)  # b = 0: a term's weight gives back its frequency
-        # the same-model rule compares identities (id, runtime, weights), not names
+        # the same-model rule compares identities (id, runtime, weights), not names, per named vector too
         self.store.ensure_collection(self.collection, dim=embedder.dim, embedder_id=embedder_identity(embedder),
-                                     normalized=embedder.normalized)
+                                     normalized=embedder.normalized, vectors=self.vector_specs(),
+                                     title=self.title_field)
         self.repair()
 
     def _check_model(self) -> None:
         meta = self.store.collection_meta(self.collection)
         if meta is not None:
-            meta.check(embedder_identity(self.embedder), self.embedder.dim, self.embedder.normalized)
+            meta.check(embedder_identity(self.embedder), self.embedder.dim, self.embedder.normalized,
+                       vectors=self.vector_specs(),
+                       sparse=(SPARSE_NAME, TITLE_NAME) if self.title_field else (SPARSE_NAME,))
 
     def _fault(self, stage: str) -> None:
         if self.fault_hook is not None:
@@ -410,7 +414,10 @@ class KnowledgeBase(CorpusBm25Stats):
         """
         names = ", ".join(repr(p.filename) for p in group[:3]) + (f" and {len(group) - 3} more" if len(group) > 3 else "")
         try:
-            vectors = self.embedder.embed([c.text for p in group for c in p.chunks], "document")
+            texts = [c.text for p in group for c in p.chunks]
+            vectors = self.embedder.embed(texts, "document")
+            # each named vector through its own embedder, behind the same content-addressed cache
+            named = {n: e.embed(texts, "document") for n, e in self.extra_embedders.items()}
             self._fault("after_embed")
         except Exception as exc:  # nothing is stored yet: the previous versions are untouched
             raise IngestError(f"{names}: ingest failed, previous version kept: "
@@ -419,16 +426,18 @@ class KnowledgeBase(CorpusBm25Stats):
         for lock in locks:
             lock.acquire()
         try:
-            return self._write_locked(group, vectors, names)
+            return self._write_locked(group, vectors, names, named)
         finally:
             for lock in reversed(locks):
                 lock.release()
 
-    def _write_locked(self, group: list[_Prepared], vectors, names: str) -> list[IngestResult]:
+    def _write_locked(self, group: list[_Prepared], vectors, names: str, named: dict | None = None) -> list[IngestResult]:
         now_default = datetime.now(timezone.utc).isoformat(timespec="seconds")
         todo, results, points, offset = [], {}, [], 0
+        named = named or {}
         for p in group:
             vecs = vectors[offset: offset + len(p.chunks)]
+            nvecs = {n: v[offset: offset + len(p.chunks)] for n, v in named.items()}
             offset += len(p.chunks)
             mine = Filter(must=(Cond("source_filename", p.key),))
             committed = self.raw.get(p.key, OWNER)  # re-read under the lock
@@ -446,7 +455,8 @@ class KnowledgeBase(CorpusBm25Stats):
                     "source_filename": p.key, "chunk_index": c.index, "ingested_at": p.now,
                     "owner_identity": p.owner, "visibility": p.visibility, "doc_version": p.doc_version,
                     "text": c.text, "bm25_len": self.bm25_length(c.text),
-                }, sparse=self.lexical.document(c.text)) for i, c in enumerate(p.chunks)
+                }, sparse=self.lexical.document(c.text), named={n: v[i] for n, v in nvecs.items()},
+                    title=self.title_vector(p.text) if self.title_field else None) for i, c in enumerate(p.chunks)
             ]
             todo.append(p)
         markers = [self._mark_pending(p.key, p.doc_version) for p in todo]
@@ -523,54 +533,7 @@ class KnowledgeBase(CorpusBm25Stats):
             self.store.set_payload(self.collection, {"visibility": "private", "owner_identity": owner_identity}, legacy)
         return n
 
-    # -- engine search and the read paths ----------------------------------------------------
-    # Searching is the retrieval pipeline's job (adiyan.retrieval.pipeline.Retriever owns
-    # retrieve_knowledge_base, search_within_document and find_source_document: transformation,
-    # floor, re-ranking, cut). The KB offers the one engine query they all go through, always
-    # under the requester's access filter, and the three read paths that return whole documents.
-    GATE_ROUNDS = 4  # engine queries at most per search when replaced / uncommitted chunks crowd the top
-
-    def search(self, query: str, limit: int, *, requester: Requester | str | None,
-               within: str | None = None, mode: str = "dense", rrf_k: int = 60, prefetch: int = 50,
-               ef: int | None = None, exact: bool = False, query_vector=None,
-               unscoped: bool = False) -> list[RetrievedChunk]:
-        """One engine query (dense, BM25 or hybrid fused in the engine) under the access filter,
-        through the committed version.
-
-        Scores are the engine's: cosine for dense, BM25 for bm25, RRF for hybrid. ``within``
-        restricts to one source (the caller checks that the requester may see it). ``unscoped``
-        drops the access filter: only the replay of the unscoped-search incident asks for it.
-        Only chunks of each source's committed version are returned (``committed_only``); when
-        others (a version being written or just replaced) took places in the top ``limit``, the
-        engine is asked again for more, so k results are k committed, permitted chunks. Dense and
-        BM25 rankings are then exactly those of the committed chunks alone; a hybrid ranking
-        fuses ranks that counted the dropped chunks too, only while a write is under way.
-        """
-        self._check_model()
-        flt = None if unscoped else access_filter(requester)
-        if within is not None:
-            flt = _and(flt, Filter(must=(Cond("source_filename", within),)))
-        if mode not in ("dense", "bm25", "hybrid"):
-            raise ValueError(f"retrieval.mode: unknown mode {mode!r} (dense | bm25 | hybrid)")
-        sparse = self.lexical.query(query) if mode != "dense" else None
-        qv = None
-        if mode != "bm25":
-            qv = query_vector if query_vector is not None else self.embedder.embed([query], "query")[0]
-        fetch = limit
-        for _ in range(self.GATE_ROUNDS):
-            if mode == "bm25":
-                hits = self.store.sparse_search(self.collection, sparse, fetch, flt=flt)
-            elif mode == "hybrid":
-                hits = self.store.hybrid_search(self.collection, qv, sparse, fetch, flt=flt,
-                                                prefetch=max(prefetch, fetch), rrf_k=rrf_k, ef=ef, exact=exact)
-            else:
-                hits = self.store.search(self.collection, qv, fetch, flt=flt, ef=ef, exact=exact)
-            kept, stale = committed_only(hits, self.raw.committed)
-            if not stale or len(kept) >= limit or len(hits) < fetch:
-                break
-            fetch = 2 * fetch + stale
-        return [RetrievedChunk.from_hit(h) for h in kept[:limit]]
-
+    # -- the read paths that return whole documents (engine search: adiyan.kb.signals) ----------
     def get_document_text(self, source: str, requester: Requester | str | None) -> str:
         rec = self.record(source, requester)
         return self.raw.read_blob(rec.text_sha256, ".md").decode("utf-8")

@@ -30,6 +30,13 @@ class CorpusBm25Stats:
         k = 1.2
         return int(sum(round(w * k / (k + 1.0 - w)) for w in v.values))
 
+    def term_counts(self, text: str) -> dict[int, int]:
+        """Each term's frequency in ``text`` by the engine's term id (Qdrant's tokenizer, stop words and
+        stemming), read back from a b = 0 weight, tf·(k+1)/(tf+k): what RM3's term distributions count."""
+        v = self._lengths.document(text)
+        k = 1.2
+        return {int(t): int(round(w * k / (k + 1.0 - w))) for t, w in zip(v.indices, v.values)}
+
     def bm25_avg_len(self) -> float:
         try:
             return float(json.loads(self._bm25_stats.read_text())["avg_len"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import weakref
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, Sequence, runtime_checkable
@@ -99,6 +100,16 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     a = l2_normalize(a)[0]
     b = l2_normalize(b)[0]
     return float(np.dot(a, b))
+
+
+def passive_openmp() -> None:
+    """Let OpenMP threads sleep, not spin, between parallel regions (``OMP_WAIT_POLICY=PASSIVE``) unless
+    the environment says otherwise; called before llama.cpp (an OpenMP build) is loaded, since the
+    runtime reads it once. Measured on this 2-core machine under load (5 December 2026, nomic-embed-text
+    f16, one thread): a 3-token text cost 1.33 CPU-seconds with the default spin against 0.034 passive, a
+    202-token one 2.26 against 0.88; the vectors do not change (the wait policy only decides what an
+    idle thread does), so cached embeddings stay valid."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def free_llama_at_exit(llama) -> None:

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .base import Kind, ModelError, free_llama_at_exit, l2_normalize
+from .base import Kind, ModelError, free_llama_at_exit, l2_normalize, passive_openmp
 from .remote import embedding_rows, ollama_error, openai_error
 
 # nomic-embed-text is trained with task prefixes; without them its scores drop (offline.md).
@@ -218,6 +218,7 @@ class LlamaCppEmbedder(_BaseEmbedder):
         """``weights_sha256``: the file's sha256 when it is known already (the packaged nomic GGUF is
         verified against its own); otherwise the file is hashed once (:func:`weights_digest`)."""
         try:
+            passive_openmp()  # before the OpenMP runtime loads with llama.cpp
             from llama_cpp import Llama  # heavy, optional: llama.cpp loads only with a GGUF model
         except ImportError as exc:
             raise ModelError(f"{model_id}: llama-cpp-python is not installed (scripts/install.sh builds it)") from exc

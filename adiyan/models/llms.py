@@ -7,7 +7,8 @@ import os
 import threading
 from typing import Sequence
 
-from .base import ChatMessage, Completion, ModelError, ModelResponseError, as_messages, free_llama_at_exit
+from .base import (ChatMessage, Completion, ModelError, ModelResponseError, as_messages, free_llama_at_exit,
+                   passive_openmp)
 from .remote import chat_text, ollama_error, openai_error
 from .structured import schema_name
 
@@ -30,6 +31,7 @@ class LlamaCppLLM:
                  temperature: float = 0.0, max_tokens: int = 128, threads: int | None = None,
                  structured: str = "auto"):
         try:
+            passive_openmp()  # before the OpenMP runtime loads with llama.cpp
             from llama_cpp import Llama  # heavy, optional: llama.cpp loads only with a GGUF model
         except ImportError as exc:
             raise ModelError(f"{model_id}: llama-cpp-python is not installed (scripts/install.sh builds it)") from exc

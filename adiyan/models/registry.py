@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..cache import CachedEmbedder, EmbeddingCache
 from . import assets
-from .base import ModelError
+from .base import ModelError, passive_openmp
 from .embedders import (NOMIC_ID, NOMIC_PREFIXES, LlamaCppEmbedder, OllamaEmbedder, OpenAICompatibleEmbedder,
                         SentenceTransformerEmbedder)
 from .llms import LlamaCppLLM, OllamaLLM, OpenAICompatibleLLM
@@ -33,6 +33,7 @@ _loaded: dict[tuple, object] = {}
 
 
 def _offline_env() -> None:
+    passive_openmp()  # OpenMP threads (llama.cpp, torch) sleep instead of spinning: see models/base.py
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

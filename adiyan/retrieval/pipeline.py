@@ -37,7 +37,8 @@ from ..kb.policy import visible_to
 from ..models import llm_from_settings
 from ..types import OWNER, Requester, RetrievalResult, RetrievedChunk
 from .floor import resolve_floor
-from .fusion import convex, dbsf, rocchio, rrf
+from .fusion import convex, dbsf, rocchio, rrf, weighted
+from .rm3 import expand as rm3_expand
 from .rerank import BiEncoderReranker
 from .transform import HISTORY_MODES, transform_query
 
@@ -74,6 +75,12 @@ class ActsWhen:
 _HYBRID = ActsWhen(lambda rc: rc.mode == "hybrid", "retrieval.mode=hybrid", ("mode",))
 _CONVEX = ActsWhen(lambda rc: rc.mode == "hybrid" and rc.fusion == "convex",
                    "retrieval.mode=hybrid and retrieval.fusion=convex", ("mode", "fusion"))
+_WEIGHTED = ActsWhen(lambda rc: rc.mode == "hybrid" and rc.fusion == "weighted",
+                     "retrieval.mode=hybrid and retrieval.fusion=weighted", ("mode", "fusion"))
+_NORMED = ActsWhen(lambda rc: rc.mode == "hybrid" and rc.fusion in ("convex", "weighted"),
+                   "retrieval.mode=hybrid and retrieval.fusion=convex or weighted", ("mode", "fusion"))
+_RM3 = ActsWhen(lambda rc: rc.mode != "dense" and rc.rm3_docs > 0,
+                "retrieval.rm3_docs > 0 and retrieval.mode=bm25 or hybrid", ("mode", "rm3_docs"))
 _RERANK = ActsWhen(lambda rc: rc.rerank, "retrieval.rerank=true", ("rerank",))
 
 # THE declaration of which retrieval settings act under which configuration: every RetrievalConfig
@@ -99,11 +106,16 @@ ACTS_WHEN: dict[str, ActsWhen | str] = {
     "hybrid_prefetch": _HYBRID,
     "fusion": _HYBRID,
     "fusion_weight": _CONVEX,
-    "fusion_norm": _CONVEX,
+    "fusion_norm": _NORMED,
+    "fusion_weights": _WEIGHTED,
     "prf_docs": ActsWhen(lambda rc: rc.mode != "bm25", "retrieval.mode=dense or hybrid (a query vector to move)",
                          ("mode",)),
     "prf_weight": ActsWhen(lambda rc: rc.mode != "bm25" and rc.prf_docs > 0,
                            "retrieval.prf_docs > 0 and retrieval.mode=dense or hybrid", ("mode", "prf_docs")),
+    "rm3_docs": ActsWhen(lambda rc: rc.mode != "dense", "retrieval.mode=bm25 or hybrid (a BM25 query to expand)",
+                         ("mode",)),
+    "rm3_terms": _RM3,
+    "rm3_weight": _RM3,
     "rerank": "every search",
     "rerank_model": _RERANK,
     "rerank_overfetch": _RERANK,
@@ -118,6 +130,44 @@ def inert_settings(rc: RetrievalConfig) -> dict[str, ActsWhen]:
     if missing:  # a new field must say where it acts (tests/test_entry_points.py checks this too)
         raise KeyError(f"retrieval.{sorted(missing)[0]} is not declared in ACTS_WHEN (adiyan/retrieval/pipeline.py)")
     return {name: when for name, when in ACTS_WHEN.items() if isinstance(when, ActsWhen) and not when.test(rc)}
+
+
+SPARSE_SIGNALS = ("bm25", "title")
+
+
+def signals_of(settings) -> list[str]:
+    """The ranked lists a knowledge base built with ``settings`` offers (KnowledgeBase.signals)."""
+    return (["dense", *settings.embedder.extra, "bm25"] + (["title"] if settings.store.title_field else []))
+
+
+def check_signals(rc: RetrievalConfig, signals: list[str], entry_point: str) -> None:
+    """Refuse, by name, a fusion the knowledge base's signals cannot take: more than two signals
+    (embedder.extra, store.title_field) outside hybrid mode or under convex fusion (two lists), and
+    fusion weights that do not name every signal exactly once, with weights >= 0 summing to 1."""
+    named = [s for s in signals if s not in ("dense", *SPARSE_SIGNALS)]
+    parts = ([f"embedder.extra={named}"] if named else []) + (["store.title_field=true"] if "title" in signals else [])
+    if parts:
+        what = " and ".join(parts)
+        if rc.mode != "hybrid":
+            raise InertSetting(what, entry_point, "retrieval.mode=hybrid (the signals are fused there)",
+                               f"retrieval.mode={rc.mode}")
+        if rc.fusion == "convex":
+            raise UnsupportedSetting("retrieval.fusion=convex", entry_point,
+                                     f"convex fusion weighs two lists and this knowledge base ranks {len(signals)} "
+                                     f"({', '.join(signals)}); use retrieval.fusion=weighted with "
+                                     f"retrieval.fusion_weights, or rrf / dbsf")
+    if rc.mode == "hybrid" and rc.fusion == "weighted":
+        w = rc.fusion_weights
+        unknown = sorted(set(w) - set(signals))
+        missing = [s for s in signals if s not in w]
+        if unknown or missing:
+            raise UnsupportedSetting(f"retrieval.fusion_weights={dict(w)}", entry_point,
+                                     f"it must give a weight to each signal of the knowledge base, {signals}"
+                                     + (f"; unknown: {unknown}" if unknown else "")
+                                     + (f"; missing: {missing}" if missing else ""))
+        if any(v < 0 for v in w.values()) or abs(sum(w.values()) - 1.0) > 1e-6:
+            raise UnsupportedSetting(f"retrieval.fusion_weights={dict(w)}", entry_point,
+                                     "weights must be >= 0 and sum to 1")
 
 
 def refuse_inert(rc: RetrievalConfig, entry_point: str) -> None:
@@ -139,6 +189,8 @@ class Retriever:
         """``supports_history``: the entry point passes each query's conversation history
         (``retrieve(..., history=...)``); without it the history transforms are refused by name."""
         refuse_inert(config, entry_point)
+        if hasattr(kb, "signals"):
+            check_signals(config, kb.signals(), entry_point)
         if config.query_transform in HISTORY_MODES and not supports_history:
             raise UnsupportedSetting(f"retrieval.query_transform={config.query_transform}", entry_point,
                                      "it rewrites a conversation's follow-up and this entry point has no history")
@@ -180,6 +232,7 @@ class Retriever:
         """
         rc = settings.retrieval
         refuse_inert(rc, entry_point)  # refuse before loading anything
+        check_signals(rc, signals_of(settings), entry_point)
         if rc.unsafe_unscoped_search and not allow_unscoped:  # refuse before loading anything
             raise UnsupportedSetting("retrieval.unsafe_unscoped_search=true", entry_point,
                                      "it disables the access policy and exists only for the incident replay")
@@ -289,27 +342,48 @@ class Retriever:
         return sum(1 for c in owner[:k] if not visible_to(c.payload, requester))
 
     def _engine(self, q: str, limit: int, scope: dict) -> list[RetrievedChunk]:
-        """Engine search of one query (``scope``: requester, filter and engine knobs), with dense
-        pseudo-relevance feedback when ``prf_docs`` > 0: the first ranking's top chunks move the
-        query vector (fusion.rocchio) and the search runs again with it."""
+        """Engine search of one query (``scope``: requester, filter and engine knobs), with pseudo-relevance
+        feedback from the first ranking's top chunks when asked: ``prf_docs`` > 0 moves each dense
+        signal's query vector (fusion.rocchio), ``rm3_docs`` > 0 expands the BM25 query (rm3.expand);
+        then the search runs again with them."""
         rc = self.config
-        if not rc.prf_docs or rc.mode == "bm25":
-            return self._first_stage(q, limit, scope, None)
-        first = self._first_stage(q, max(limit, rc.prf_docs), scope, None)[: rc.prf_docs]
-        qv = self.kb.embedder.embed([q], "query")[0]
-        if first:  # chunk vectors come from the embedding cache (ingest embedded the same texts)
-            qv = rocchio(qv, self.kb.embedder.embed([c.text for c in first], "document"), rc.prf_weight)
-        return self._first_stage(q, limit, scope, qv)
+        prf = rc.prf_docs if rc.mode != "bm25" else 0
+        rm3 = rc.rm3_docs if rc.mode != "dense" else 0
+        if not prf and not rm3:
+            return self._first_stage(q, limit, scope)
+        first = self._first_stage(q, max(limit, prf, rm3), scope)[: max(prf, rm3)]
+        vectors, sparse = None, None
+        if prf:
+            vectors = {}
+            for signal in self._dense_signals():
+                emb = self.kb.signal_embedder(signal) if hasattr(self.kb, "signal_embedder") else self.kb.embedder
+                qv = emb.embed([q], "query")[0]
+                if first:  # chunk vectors come from the embedding cache (ingest embedded the same texts)
+                    qv = rocchio(qv, emb.embed([c.text for c in first[:prf]], "document"), rc.prf_weight)
+                vectors[signal] = qv
+        if rm3:
+            sparse = rm3_expand(self.kb.lexical.query(q), [c.text for c in first[:rm3]], self.kb.term_counts,
+                                terms=rc.rm3_terms, weight=rc.rm3_weight)
+        return self._first_stage(q, limit, scope, vectors, sparse)
 
-    def _first_stage(self, q: str, limit: int, scope: dict, qv) -> list[RetrievedChunk]:
+    def _dense_signals(self) -> list[str]:
+        signals = self.kb.signals() if hasattr(self.kb, "signals") else ["dense", "bm25"]
+        return [s for s in signals if s not in SPARSE_SIGNALS]
+
+    def _first_stage(self, q: str, limit: int, scope: dict, vectors: dict | None = None,
+                     sparse=None) -> list[RetrievedChunk]:
         rc = self.config
-        if rc.mode == "hybrid" and rc.fusion != "rrf":  # score-aware fusion over the two prefetch lists
+        if rc.mode == "hybrid" and rc.fusion != "rrf":  # score-aware fusion over every signal's prefetch list
             n = max(rc.hybrid_prefetch, limit)
-            dense = self.kb.search(q, n, mode="dense", query_vector=qv, **scope)
-            sparse = self.kb.search(q, n, mode="bm25", **scope)
-            return _fuse_scores(dense, sparse, rc, limit)
-        return self.kb.search(q, limit, mode=rc.mode, rrf_k=rc.rrf_k, prefetch=rc.hybrid_prefetch, query_vector=qv,
-                              **scope)
+            signals = self.kb.signals() if hasattr(self.kb, "signals") else ["dense", "bm25"]
+            lists = {}
+            for signal in signals:
+                mode = "bm25" if signal in SPARSE_SIGNALS else "dense"
+                lists[signal] = self.kb.search(q, n, mode=mode, signal=signal, query_vectors=vectors,
+                                               sparse_query=sparse, **scope)
+            return _fuse_signals(lists, rc, limit)
+        return self.kb.search(q, limit, mode=rc.mode, rrf_k=rc.rrf_k, prefetch=rc.hybrid_prefetch,
+                              query_vectors=vectors, sparse_query=sparse, **scope)
 
     # -- the read paths that search (the other three are on the KnowledgeBase) ----------------
     def retrieve_knowledge_base(self, query: str, requester: Requester | str | None, *, top_k: int | None = None,
@@ -361,7 +435,10 @@ class Retriever:
                "rerank": getattr(self.reranker, "id", None), "kb_top_k": rc.kb_top_k, "doc_top_k": rc.doc_top_k,
                "rank_depth": rc.rank_depth, "rrf_k": rc.rrf_k, "hybrid_prefetch": rc.hybrid_prefetch,
                "hnsw_ef": self.ef, "exact": self.exact, "fusion": rc.fusion, "fusion_weight": rc.fusion_weight,
-               "fusion_norm": rc.fusion_norm, "prf_docs": rc.prf_docs, "prf_weight": rc.prf_weight,
+               "fusion_norm": rc.fusion_norm, "fusion_weights": dict(rc.fusion_weights) or None,
+               "prf_docs": rc.prf_docs, "prf_weight": rc.prf_weight, "rm3_docs": rc.rm3_docs,
+               "rm3_terms": rc.rm3_terms, "rm3_weight": rc.rm3_weight,
+               "signals": self.kb.signals() if hasattr(self.kb, "signals") else None,
                "rerank_overfetch": rc.rerank_overfetch}
         for name in inert_settings(rc):
             if name in out:
@@ -383,14 +460,21 @@ def _fuse(runs: list[list[RetrievedChunk]], rrf_k: int) -> list[RetrievedChunk]:
     return [replace(by_key[key], score=score) for key, score in fused.items()]
 
 
-def _fuse_scores(dense: list[RetrievedChunk], sparse: list[RetrievedChunk], rc: RetrievalConfig,
-                 limit: int) -> list[RetrievedChunk]:
-    """The dense and BM25 lists of one query fused by ``rc.fusion`` (dbsf | convex), cut to ``limit``."""
-    by_key = {c.key: c for c in sparse}
-    by_key.update({c.key: c for c in dense})
-    d, s = {c.key: c.score for c in dense}, {c.key: c.score for c in sparse}
-    fused = (dbsf([d, s], top_k=limit) if rc.fusion == "dbsf"
-             else convex(d, s, rc.fusion_weight, norm=rc.fusion_norm, top_k=limit))
+def _fuse_signals(lists: dict[str, list[RetrievedChunk]], rc: RetrievalConfig, limit: int) -> list[RetrievedChunk]:
+    """One query's lists by signal ({"dense": [...], "bm25": [...], ...}) fused by ``rc.fusion``
+    (dbsf | convex | weighted), cut to ``limit``."""
+    by_key: dict[str, RetrievedChunk] = {}
+    for hits in reversed(list(lists.values())):  # the first list's chunk object wins (dense first)
+        by_key.update({c.key: c for c in hits})
+    scores = {name: {c.key: c.score for c in hits} for name, hits in lists.items()}
+    if rc.fusion == "dbsf":
+        fused = dbsf(list(scores.values()), top_k=limit)
+    elif rc.fusion == "convex":
+        fused = convex(scores["dense"], scores["bm25"], rc.fusion_weight, norm=rc.fusion_norm, top_k=limit)
+    else:
+        names = list(scores)
+        fused = weighted([scores[n] for n in names], [rc.fusion_weights[n] for n in names], norm=rc.fusion_norm,
+                         top_k=limit)
     return [replace(by_key[key], score=score) for key, score in fused.items()]
 
 

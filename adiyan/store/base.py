@@ -94,7 +94,20 @@ class CollectionMeta:
                              f"being opened with store.quantization={quantization}; set store.quantization={built}, "
                              f"or re-ingest into a new data directory (or drop the collection)")
 
-    def check(self, embedder_id: str, dim: int, normalized: bool = True) -> None:
+    @property
+    def vectors(self) -> dict[str, "VectorSpec"]:
+        """The collection's named dense vectors beside the unnamed one (empty for most collections)."""
+        return {n: VectorSpec.from_dict(d) for n, d in (self.extra.get("vectors") or {}).items()}
+
+    @property
+    def sparse_names(self) -> tuple[str, ...]:
+        """The sparse vectors every point carries: ``bm25`` and, when built with it, ``title``."""
+        return tuple(self.extra.get("sparse") or (SPARSE_NAME,))
+
+    def check(self, embedder_id: str, dim: int, normalized: bool = True, *,
+              vectors: "dict[str, VectorSpec] | None" = None, sparse: tuple[str, ...] | None = None) -> None:
+        """Refuse a collection built with another model, other named vectors (``vectors``: the
+        caller's named vectors, checked when given) or other sparse fields (``sparse``, when given)."""
         if int(self.extra.get("schema", 1)) < SCHEMA_VERSION:
             raise StoreError(f"collection {self.name!r} has layout version {self.extra.get('schema', 1)} "
                              f"(current {SCHEMA_VERSION}: adds sparse BM25 vectors); re-ingest into a new "
@@ -107,6 +120,19 @@ class CollectionMeta:
                 f"models are not comparable: re-ingest into a new collection or data directory, "
                 f"or switch the embedder back."
             )
+        if vectors is not None and self.vectors != dict(vectors):
+            have = {n: v.embedder_id for n, v in self.vectors.items()}
+            want = {n: v.embedder_id for n, v in vectors.items()}
+            raise EmbedderMismatchError(
+                f"collection {self.name!r} was built with the named vectors {have or 'none'} (embedder.extra) "
+                f"but is being used with {want or 'none'}: a chunk without a vector is invisible to that "
+                f"signal and a vector from another model is noise. Re-ingest into a new collection or "
+                f"data directory, or set embedder.extra back.")
+        if sparse is not None and self.sparse_names != tuple(sparse):
+            raise EmbedderMismatchError(
+                f"collection {self.name!r} was built with the sparse fields {list(self.sparse_names)} but is being "
+                f"used with {list(sparse)} (store.title_field): re-ingest into a new collection or data directory, "
+                f"or set store.title_field back.")
 
 
 # store.quantization: float32, scalar int8, one bit a component (queries as 8-bit scalars / binarised)
@@ -128,6 +154,53 @@ def check_quantization(quantization: str, oversampling: float | None = None) -> 
 # with a clear error instead of failing on the first hybrid query.
 SCHEMA_VERSION = 2
 SPARSE_NAME = "bm25"  # the sparse (lexical) vector every collection carries beside the dense one
+TITLE_NAME = "title"  # the optional second sparse vector: BM25 over the chunk's document title
+RESERVED_NAMES = ("", SPARSE_NAME, TITLE_NAME, "dense")  # not available as names of named dense vectors
+
+
+@dataclass(frozen=True)
+class VectorSpec:
+    """A named dense vector of a collection (Qdrant named vectors): its width and the identity of
+    the embedder that writes and queries it (the same-model rule holds per vector)."""
+
+    dim: int
+    embedder_id: str
+    normalized: bool = True
+
+    def to_dict(self) -> dict:
+        return {"dim": self.dim, "embedder_id": self.embedder_id, "normalized": self.normalized}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "VectorSpec":
+        return cls(int(d["dim"]), d["embedder_id"], bool(d.get("normalized", True)))
+
+
+def check_vector_names(names) -> None:
+    """Named dense vectors need names of their own: not the unnamed vector's, not a sparse one's."""
+    for n in names:
+        if not n or n in RESERVED_NAMES:
+            raise StoreError(f"named vector {n!r}: the names {list(RESERVED_NAMES)} are reserved")
+
+
+def named_vectors_of(p: "Point", meta: "CollectionMeta | None", collection: str) -> dict:
+    """A point's named dense vectors as float32 lists, checked against the collection: every named
+    vector present with its width, none the collection does not have (both engines call this)."""
+    want = meta.vectors if meta is not None else {}
+    extra = set(p.named) - set(want)
+    if extra:
+        raise StoreError(f"collection {collection!r} has no named vector {sorted(extra)[0]!r} (point {p.id}); "
+                         f"it has {sorted(want) or 'none'}")
+    out = {}
+    for n, spec in want.items():
+        if n not in p.named:
+            raise StoreError(f"collection {collection!r}: point {p.id} lacks the named vector {n!r} (every chunk "
+                             f"carries every named vector, or a signal would not see it)")
+        v = np.asarray(p.named[n], dtype=np.float32)
+        if v.shape != (spec.dim,):
+            raise StoreError(f"collection {collection!r}: named vector {n!r} of shape {v.shape} for point {p.id}, "
+                             f"expected ({spec.dim},)")
+        out[n] = v.tolist()
+    return out
 
 
 @dataclass(frozen=True)
@@ -142,6 +215,8 @@ class Point:
     vector: np.ndarray
     payload: dict
     sparse: Sparse | None = None
+    named: dict = field(default_factory=dict)  # name -> vector: the collection's named dense vectors
+    title: Sparse | None = None  # the title field's sparse vector (collections built with store.title_field)
 
 
 class LexicalEncoder:
@@ -174,7 +249,11 @@ class VectorStore(Protocol):
 
     engine: str
 
-    def ensure_collection(self, name: str, *, dim: int, embedder_id: str, normalized: bool = True) -> CollectionMeta: ...
+    def ensure_collection(self, name: str, *, dim: int, embedder_id: str, normalized: bool = True,
+                          vectors: dict[str, VectorSpec] | None = None, title: bool = False) -> CollectionMeta:
+        """Create the collection, or check the existing one (model, named vectors, title field).
+        ``vectors``: named dense vectors beside the unnamed one; ``title``: a second sparse vector."""
+        ...
 
     def collection_meta(self, name: str) -> CollectionMeta | None: ...
 
@@ -189,14 +268,22 @@ class VectorStore(Protocol):
     def set_payload(self, name: str, payload: dict, flt: Filter) -> None: ...
 
     def search(self, name: str, vector: np.ndarray, limit: int, *, flt: Filter | None = None,
-               ef: int | None = None, exact: bool = False, score_threshold: float | None = None) -> list[Hit]: ...
+               ef: int | None = None, exact: bool = False, score_threshold: float | None = None,
+               using: str | None = None) -> list[Hit]:
+        """Nearest neighbours of ``vector`` in the unnamed dense vector, or in the named one ``using``."""
+        ...
 
-    def sparse_search(self, name: str, query: Sparse, limit: int, *, flt: Filter | None = None) -> list[Hit]: ...
+    def sparse_search(self, name: str, query: Sparse, limit: int, *, flt: Filter | None = None,
+                      using: str = SPARSE_NAME) -> list[Hit]:
+        """BM25 over the ``bm25`` sparse vector (or ``title``)."""
+        ...
 
     def hybrid_search(self, name: str, vector: np.ndarray, query: Sparse, limit: int, *,
                       flt: Filter | None = None, prefetch: int = 50, rrf_k: int = 60,
-                      ef: int | None = None, exact: bool = False) -> list[Hit]:
-        """Dense and sparse candidates fused by RRF inside the engine; the filter applies to both.
+                      ef: int | None = None, exact: bool = False, named: dict | None = None,
+                      title: Sparse | None = None) -> list[Hit]:
+        """Dense and sparse candidates fused by RRF inside the engine; the filter applies to every list.
+        ``named`` ({vector name: query vector}) and ``title`` add one prefetch list each.
 
         ``rrf_k`` follows Cormack et al. (2009): score = Σ 1/(k + rank), ranks from 1. Qdrant counts
         ranks from 0 and scores 1/(k + rank0), so the engines are given k + 1: the scores equal
@@ -216,9 +303,9 @@ class VectorStore(Protocol):
     def close(self) -> None: ...
 
 
-def fused_limit(limit: int, prefetch: int) -> int:
+def fused_limit(limit: int, prefetch: int, lists: int = 2) -> int:
     """How many fused hits to ask the engine for so that no tie straddles the cut: all of them."""
-    return max(int(limit), 2 * int(prefetch))
+    return max(int(limit), int(lists) * int(prefetch))
 
 
 def settle_ties(hits: list, limit: int) -> list:

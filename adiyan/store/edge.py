@@ -21,8 +21,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import (INDEXED_FIELDS, SCHEMA_VERSION, SPARSE_NAME, CollectionMeta, Empty, Filter, Hit, Point, Sparse,
-                   StoreError, check_quantization, fused_limit, settle_ties)
+from .base import (INDEXED_FIELDS, SCHEMA_VERSION, SPARSE_NAME, TITLE_NAME, CollectionMeta, Empty, Filter, Hit, Point,
+                   Sparse, StoreError, VectorSpec, check_quantization, check_vector_names, fused_limit, named_vectors_of,
+                   settle_ties)
 
 _SCROLL_PAGE = 1000
 
@@ -47,6 +48,23 @@ def _to_edge_filter(flt: Filter | None):
         return [one(c) for c in cs] or None
 
     return qe.Filter(must=conds(flt.must), should=conds(flt.should), must_not=conds(flt.must_not))
+
+
+def _sparse_of(v) -> Sparse | None:
+    return None if v is None else Sparse(tuple(int(i) for i in v.indices), tuple(float(x) for x in v.values))
+
+
+def _point_of(r, with_vectors: bool) -> Point:
+    """A scrolled record as a Point; with its vectors, every one (named and sparse too), so that
+    re-upserting it (the BM25 re-encode) keeps what the point carried."""
+    vectors = r.vector if isinstance(r.vector, dict) else {"": r.vector}
+    if not with_vectors:
+        return Point(str(r.id), None, dict(r.payload or {}))
+    v = vectors.get("")
+    named = {n: np.asarray(x, dtype=np.float32) for n, x in vectors.items()
+             if n not in ("", SPARSE_NAME, TITLE_NAME) and x is not None}
+    return Point(str(r.id), np.asarray(v, dtype=np.float32) if v is not None else None, dict(r.payload or {}),
+                 sparse=_sparse_of(vectors.get(SPARSE_NAME)), named=named, title=_sparse_of(vectors.get(TITLE_NAME)))
 
 
 class EdgeStore:
@@ -81,11 +99,15 @@ class EdgeStore:
     def list_collections(self) -> list[str]:
         return sorted(p.name[: -len(".meta.json")] for p in self.root.glob("*.meta.json"))
 
-    def ensure_collection(self, name: str, *, dim: int, embedder_id: str, normalized: bool = True) -> CollectionMeta:
+    def ensure_collection(self, name: str, *, dim: int, embedder_id: str, normalized: bool = True,
+                          vectors: dict[str, VectorSpec] | None = None, title: bool = False) -> CollectionMeta:
+        vectors = dict(vectors or {})
+        check_vector_names(vectors)
+        sparse_names = (SPARSE_NAME, TITLE_NAME) if title else (SPARSE_NAME,)
         with self._lock:
             meta = self.collection_meta(name)
             if meta is not None:
-                meta.check(embedder_id, dim, normalized)
+                meta.check(embedder_id, dim, normalized, vectors=vectors, sparse=sparse_names)
                 meta.check_quantization(self.quantization, str(self.root))
                 self._shard(name)
                 return meta
@@ -100,19 +122,28 @@ class EdgeStore:
                          else qe.BinaryQuantizationQueryEncoding.Scalar8Bits)
                 quant = qe.BinaryQuantizationConfig(always_ram=True, encoding=qe.BinaryQuantizationEncoding.OneBit,
                                                     query_encoding=query)
-            config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine,
-                                                               quantization_config=quant),
-                                   sparse_vectors={SPARSE_NAME: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+
+            def params(size: int):
+                return qe.EdgeVectorParams(size=size, distance=qe.Distance.Cosine, quantization_config=quant)
+
+            # the unnamed vector keeps its name "" (the layout of every collection without named vectors)
+            dense = params(dim) if not vectors else {"": params(dim), **{n: params(v.dim) for n, v in vectors.items()}}
+            config = qe.EdgeConfig(vectors=dense,
+                                   sparse_vectors={n: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)
+                                                   for n in sparse_names},
                                    hnsw_config=hnsw, optimizers=self._optimizers())
             shard = self._open_shard(lambda: qe.EdgeShard.create(str(self.root / name), config), name)
             for field in INDEXED_FIELDS:
                 shard.update(qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword))
             shard.flush()
             self._shards[name] = shard
-            meta = CollectionMeta(name, dim, embedder_id, normalized,
-                                  extra={"engine": "edge", "schema": SCHEMA_VERSION, "hnsw_m": self.hnsw_m,
-                                         "hnsw_ef_construct": self.hnsw_ef_construct,
-                                         "quantization": self.quantization})
+            extra = {"engine": "edge", "schema": SCHEMA_VERSION, "hnsw_m": self.hnsw_m,
+                     "hnsw_ef_construct": self.hnsw_ef_construct, "quantization": self.quantization}
+            if vectors:
+                extra["vectors"] = {n: v.to_dict() for n, v in vectors.items()}
+            if title:
+                extra["sparse"] = list(sparse_names)
+            meta = CollectionMeta(name, dim, embedder_id, normalized, extra=extra)
             tmp = self._meta_path(name).with_suffix(".tmp")
             tmp.write_text(json.dumps(meta.to_dict(), indent=2))
             tmp.replace(self._meta_path(name))  # meta appears only once the shard exists
@@ -160,12 +191,28 @@ class EdgeStore:
             if meta and vec.shape != (meta.dim,):
                 raise StoreError(f"collection {name!r}: vector of shape {vec.shape} for point {p.id}, expected ({meta.dim},)")
             vector = vec.tolist()
-            if p.sparse is not None:
-                vector = {"": vector, SPARSE_NAME: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))}
+            named = named_vectors_of(p, meta, name)
+            title = self._title_of(p, meta, name)
+            if p.sparse is not None or named or title is not None:
+                vector = {"": vector, **named}
+                if p.sparse is not None:
+                    vector[SPARSE_NAME] = qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))
+                if title is not None:
+                    vector[TITLE_NAME] = qe.SparseVector(list(title.indices), list(title.values))
             pts.append(qe.Point(id=p.id, vector=vector, payload=p.payload))
         with self._lock:
             shard = self._shard(name)
             shard.update(qe.UpdateOperation.upsert_points(pts))
+
+    @staticmethod
+    def _title_of(p: Point, meta: CollectionMeta | None, name: str) -> Sparse | None:
+        """The point's title vector when the collection has the field (refused on one without it)."""
+        has = meta is not None and TITLE_NAME in meta.sparse_names
+        if p.title is not None and not has:
+            raise StoreError(f"collection {name!r} has no title field (point {p.id})")
+        if has and p.title is None:
+            raise StoreError(f"collection {name!r}: point {p.id} lacks its title vector (store.title_field)")
+        return p.title
 
     def delete(self, name: str, flt: Filter) -> None:
         qe = _edge()
@@ -179,12 +226,31 @@ class EdgeStore:
             shard = self._shard(name)
             shard.update(qe.UpdateOperation.set_payload_by_filter(_to_edge_filter(flt), payload))
 
+    def _using(self, name: str, using: str | None) -> str | None:
+        """A named dense vector the collection has (None: the unnamed one); else refused by name."""
+        if using is None or using == "":
+            return None
+        meta = self.collection_meta(name)
+        if meta is None or using not in meta.vectors:
+            raise StoreError(f"collection {name!r} has no named vector {using!r} "
+                             f"(it has {sorted(meta.vectors) if meta else 'none'})")
+        return using
+
+    def _sparse_using(self, name: str, using: str) -> str:
+        if using != SPARSE_NAME:
+            meta = self.collection_meta(name)
+            if meta is None or using not in meta.sparse_names:
+                raise StoreError(f"collection {name!r} has no sparse vector {using!r} "
+                                 f"(it has {list(meta.sparse_names) if meta else 'none'})")
+        return using
+
     def search(self, name: str, vector: np.ndarray, limit: int, *, flt: Filter | None = None,
-               ef: int | None = None, exact: bool = False, score_threshold: float | None = None) -> list[Hit]:
+               ef: int | None = None, exact: bool = False, score_threshold: float | None = None,
+               using: str | None = None) -> list[Hit]:
         qe = _edge()
         req = qe.QueryRequest(
             limit=limit,
-            query=qe.Query.Nearest(np.asarray(vector, dtype=np.float32).tolist()),
+            query=qe.Query.Nearest(np.asarray(vector, dtype=np.float32).tolist(), using=self._using(name, using)),
             filter=_to_edge_filter(flt),
             with_payload=True,
             score_threshold=score_threshold,
@@ -240,26 +306,34 @@ class EdgeStore:
                 out["hnsw"] += size
         return out
 
-    def sparse_search(self, name: str, query: Sparse, limit: int, *, flt: Filter | None = None) -> list[Hit]:
+    def sparse_search(self, name: str, query: Sparse, limit: int, *, flt: Filter | None = None,
+                      using: str = SPARSE_NAME) -> list[Hit]:
         qe = _edge()
         req = qe.QueryRequest(limit=limit, with_payload=True, filter=_to_edge_filter(flt),
                               query=qe.Query.Nearest(qe.SparseVector(list(query.indices), list(query.values)),
-                                                     using=SPARSE_NAME))
+                                                     using=self._sparse_using(name, using)))
         with self._lock:
             res = self._shard(name).query(req)
         return [Hit(str(r.id), float(r.score), dict(r.payload or {})) for r in res]
 
     def hybrid_search(self, name: str, vector: np.ndarray, query: Sparse, limit: int, *,
                       flt: Filter | None = None, prefetch: int = 50, rrf_k: int = 60,
-                      ef: int | None = None, exact: bool = False) -> list[Hit]:
+                      ef: int | None = None, exact: bool = False, named: dict | None = None,
+                      title: Sparse | None = None) -> list[Hit]:
         qe = _edge()
         ef_filter = _to_edge_filter(flt)
-        dense = qe.Prefetch(limit=prefetch, query=qe.Query.Nearest(np.asarray(vector, np.float32).tolist()),
-                            filter=ef_filter, params=self._params(ef, exact))
-        sparse = qe.Prefetch(limit=prefetch, filter=ef_filter,
-                             query=qe.Query.Nearest(qe.SparseVector(list(query.indices), list(query.values)),
-                                                    using=SPARSE_NAME))
-        req = qe.QueryRequest(limit=fused_limit(limit, prefetch), prefetches=[dense, sparse],
+        prefetches = [qe.Prefetch(limit=prefetch, query=qe.Query.Nearest(np.asarray(vector, np.float32).tolist()),
+                                  filter=ef_filter, params=self._params(ef, exact))]
+        prefetches += [qe.Prefetch(limit=prefetch, filter=ef_filter, params=self._params(ef, exact),
+                                   query=qe.Query.Nearest(np.asarray(v, np.float32).tolist(), using=self._using(name, n)))
+                       for n, v in sorted((named or {}).items())]
+        prefetches.append(qe.Prefetch(limit=prefetch, filter=ef_filter,
+                                      query=qe.Query.Nearest(qe.SparseVector(list(query.indices), list(query.values)),
+                                                             using=SPARSE_NAME)))
+        if title is not None:
+            prefetches.append(qe.Prefetch(limit=prefetch, filter=ef_filter, query=qe.Query.Nearest(
+                qe.SparseVector(list(title.indices), list(title.values)), using=self._sparse_using(name, TITLE_NAME))))
+        req = qe.QueryRequest(limit=fused_limit(limit, prefetch, len(prefetches)), prefetches=prefetches,
                               query=qe.Fusion.Rrf(k=rrf_k + 1), filter=ef_filter, with_payload=True)
         with self._lock:
             res = self._shard(name).query(req)
@@ -274,9 +348,7 @@ class EdgeStore:
                     offset=offset, limit=_SCROLL_PAGE, filter=_to_edge_filter(flt),
                     with_payload=True, with_vector=with_vectors))
             for r in records:
-                v = r.vector.get("") if isinstance(r.vector, dict) else r.vector
-                vec = np.asarray(v, dtype=np.float32) if with_vectors and v is not None else None
-                yield Point(str(r.id), vec, dict(r.payload or {}))
+                yield _point_of(r, with_vectors)
             if offset is None:
                 break
 

@@ -13,8 +13,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import (INDEXED_FIELDS, SCHEMA_VERSION, SPARSE_NAME, CollectionMeta, Empty, Filter, Hit, Point, Sparse,
-                   StoreError, check_quantization, fused_limit, settle_ties)
+from .base import (INDEXED_FIELDS, SCHEMA_VERSION, SPARSE_NAME, TITLE_NAME, CollectionMeta, Empty, Filter, Hit, Point,
+                   Sparse, StoreError, VectorSpec, check_quantization, check_vector_names, fused_limit, named_vectors_of,
+                   settle_ties)
 from .edge import EdgeStore
 
 
@@ -80,16 +81,24 @@ class ServerStore:
         names = [c.name for c in self.client.get_collections().collections]
         return sorted(n for n in names if self.collection_meta(n) is not None)
 
-    def ensure_collection(self, name: str, *, dim: int, embedder_id: str, normalized: bool = True) -> CollectionMeta:
+    def ensure_collection(self, name: str, *, dim: int, embedder_id: str, normalized: bool = True,
+                          vectors: dict[str, VectorSpec] | None = None, title: bool = False) -> CollectionMeta:
+        vectors = dict(vectors or {})
+        check_vector_names(vectors)
+        sparse_names = (SPARSE_NAME, TITLE_NAME) if title else (SPARSE_NAME,)
         meta = self.collection_meta(name)
         if meta is not None:
-            meta.check(embedder_id, dim, normalized)
+            meta.check(embedder_id, dim, normalized, vectors=vectors, sparse=sparse_names)
             meta.check_quantization(self.quantization, self.where)
             return meta
         m = _models()
-        meta = CollectionMeta(name, dim, embedder_id, normalized,
-                              extra={"engine": self.engine, "schema": SCHEMA_VERSION, "hnsw_m": self.hnsw_m,
-                                     "hnsw_ef_construct": self.hnsw_ef_construct, "quantization": self.quantization})
+        extra = {"engine": self.engine, "schema": SCHEMA_VERSION, "hnsw_m": self.hnsw_m,
+                 "hnsw_ef_construct": self.hnsw_ef_construct, "quantization": self.quantization}
+        if vectors:
+            extra["vectors"] = {n: v.to_dict() for n, v in vectors.items()}
+        if title:
+            extra["sparse"] = list(sparse_names)
+        meta = CollectionMeta(name, dim, embedder_id, normalized, extra=extra)
         quant = None
         if self.quantization == "int8":
             quant = m.ScalarQuantization(scalar=m.ScalarQuantizationConfig(type=m.ScalarType.INT8, quantile=0.99,
@@ -99,10 +108,13 @@ class ServerStore:
                      else m.BinaryQuantizationQueryEncoding.SCALAR8BITS)
             quant = m.BinaryQuantization(binary=m.BinaryQuantizationConfig(
                 always_ram=True, encoding=m.BinaryQuantizationEncoding.ONE_BIT, query_encoding=query))
+        dense = m.VectorParams(size=dim, distance=m.Distance.COSINE)
+        if vectors:  # the unnamed vector keeps its name "" beside the named ones
+            dense = {"": dense, **{n: m.VectorParams(size=v.dim, distance=m.Distance.COSINE) for n, v in vectors.items()}}
         self.client.create_collection(
             name,
-            vectors_config=m.VectorParams(size=dim, distance=m.Distance.COSINE),
-            sparse_vectors_config={SPARSE_NAME: m.SparseVectorParams(modifier=m.Modifier.IDF)},
+            vectors_config=dense,
+            sparse_vectors_config={n: m.SparseVectorParams(modifier=m.Modifier.IDF) for n in sparse_names},
             hnsw_config=m.HnswConfigDiff(m=self.hnsw_m, ef_construct=self.hnsw_ef_construct),
             quantization_config=quant,
             optimizers_config=(m.OptimizersConfigDiff(indexing_threshold=self.indexing_threshold_kb)
@@ -121,11 +133,27 @@ class ServerStore:
         if not points:
             return
         m = _models()
+        meta = self.collection_meta(name)
+        has_title = meta is not None and TITLE_NAME in meta.sparse_names
+
         def vector(p):
-            dense = np.asarray(p.vector, dtype=np.float32).tolist()
-            if p.sparse is None:
-                return dense
-            return {"": dense, SPARSE_NAME: m.SparseVector(indices=list(p.sparse.indices), values=list(p.sparse.values))}
+            dense = np.asarray(p.vector, dtype=np.float32)
+            if meta is not None and dense.shape != (meta.dim,):
+                raise StoreError(f"collection {name!r}: vector of shape {dense.shape} for point {p.id}, "
+                                 f"expected ({meta.dim},)")
+            named = named_vectors_of(p, meta, name)
+            if p.title is not None and not has_title:
+                raise StoreError(f"collection {name!r} has no title field (point {p.id})")
+            if has_title and p.title is None:
+                raise StoreError(f"collection {name!r}: point {p.id} lacks its title vector (store.title_field)")
+            if p.sparse is None and not named and p.title is None:
+                return dense.tolist()
+            out = {"": dense.tolist(), **named}
+            if p.sparse is not None:
+                out[SPARSE_NAME] = m.SparseVector(indices=list(p.sparse.indices), values=list(p.sparse.values))
+            if p.title is not None:
+                out[TITLE_NAME] = m.SparseVector(indices=list(p.title.indices), values=list(p.title.values))
+            return out
 
         self.client.upsert(name, points=[m.PointStruct(id=p.id, vector=vector(p), payload=p.payload)
                                          for p in points], wait=True)
@@ -137,38 +165,63 @@ class ServerStore:
     def set_payload(self, name: str, payload: dict, flt: Filter) -> None:
         self.client.set_payload(name, payload=payload, points=_to_filter(flt), wait=True)
 
+    def _using(self, name: str, using: str | None) -> str | None:
+        """A named dense vector the collection has (None: the unnamed one); else refused by name."""
+        if using is None or using == "":
+            return None
+        meta = self.collection_meta(name)
+        if meta is None or using not in meta.vectors:
+            raise StoreError(f"collection {name!r} has no named vector {using!r} "
+                             f"(it has {sorted(meta.vectors) if meta else 'none'})")
+        return using
+
+    def _sparse_using(self, name: str, using: str) -> str:
+        if using != SPARSE_NAME:
+            meta = self.collection_meta(name)
+            if meta is None or using not in meta.sparse_names:
+                raise StoreError(f"collection {name!r} has no sparse vector {using!r} "
+                                 f"(it has {list(meta.sparse_names) if meta else 'none'})")
+        return using
+
     def search(self, name: str, vector: np.ndarray, limit: int, *, flt: Filter | None = None,
-               ef: int | None = None, exact: bool = False, score_threshold: float | None = None) -> list[Hit]:
+               ef: int | None = None, exact: bool = False, score_threshold: float | None = None,
+               using: str | None = None) -> list[Hit]:
         m = _models()
         res = self.client.query_points(
-            name, query=np.asarray(vector, dtype=np.float32).tolist(), limit=limit,
+            name, query=np.asarray(vector, dtype=np.float32).tolist(), limit=limit, using=self._using(name, using),
             query_filter=_to_filter(flt), with_payload=True, score_threshold=score_threshold,
             search_params=self._params(ef, exact),
         )
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in res.points]
 
-    def sparse_search(self, name: str, query: Sparse, limit: int, *, flt: Filter | None = None) -> list[Hit]:
+    def sparse_search(self, name: str, query: Sparse, limit: int, *, flt: Filter | None = None,
+                      using: str = SPARSE_NAME) -> list[Hit]:
         m = _models()
         res = self.client.query_points(
-            name, query=m.SparseVector(indices=list(query.indices), values=list(query.values)), using=SPARSE_NAME,
+            name, query=m.SparseVector(indices=list(query.indices), values=list(query.values)),
+            using=self._sparse_using(name, using),
             limit=limit, query_filter=_to_filter(flt), with_payload=True)
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in res.points]
 
     def hybrid_search(self, name: str, vector: np.ndarray, query: Sparse, limit: int, *,
                       flt: Filter | None = None, prefetch: int = 50, rrf_k: int = 60,
-                      ef: int | None = None, exact: bool = False) -> list[Hit]:
+                      ef: int | None = None, exact: bool = False, named: dict | None = None,
+                      title: Sparse | None = None) -> list[Hit]:
         m = _models()
         f = _to_filter(flt)
+        prefetches = [m.Prefetch(query=np.asarray(vector, np.float32).tolist(), limit=prefetch, filter=f,
+                                 params=self._params(ef, exact))]
+        prefetches += [m.Prefetch(query=np.asarray(v, np.float32).tolist(), using=self._using(name, n), limit=prefetch,
+                                  filter=f, params=self._params(ef, exact)) for n, v in sorted((named or {}).items())]
+        prefetches.append(m.Prefetch(query=m.SparseVector(indices=list(query.indices), values=list(query.values)),
+                                     using=SPARSE_NAME, limit=prefetch, filter=f))
+        if title is not None:
+            prefetches.append(m.Prefetch(query=m.SparseVector(indices=list(title.indices), values=list(title.values)),
+                                         using=self._sparse_using(name, TITLE_NAME), limit=prefetch, filter=f))
         res = self.client.query_points(
-            name,
-            prefetch=[
-                m.Prefetch(query=np.asarray(vector, np.float32).tolist(), limit=prefetch, filter=f,
-                           params=self._params(ef, exact)),
-                m.Prefetch(query=m.SparseVector(indices=list(query.indices), values=list(query.values)),
-                           using=SPARSE_NAME, limit=prefetch, filter=f),
-            ],
-            query=m.RrfQuery(rrf=m.Rrf(k=rrf_k + 1)), limit=fused_limit(limit, prefetch), query_filter=f,
-            with_payload=True)
+            name, prefetch=prefetches,
+            query=m.RrfQuery(rrf=m.Rrf(k=rrf_k + 1)), limit=fused_limit(limit, prefetch, len(prefetches)),
+            query_filter=f, with_payload=True)
         return settle_ties([Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in res.points], limit)
 
     def scroll(self, name: str, *, flt: Filter | None = None, with_vectors: bool = False) -> Iterable[Point]:
@@ -177,9 +230,21 @@ class ServerStore:
             records, offset = self.client.scroll(name, scroll_filter=_to_filter(flt), limit=1000, offset=offset,
                                                  with_payload=True, with_vectors=with_vectors)
             for r in records:
-                v = r.vector.get("") if isinstance(r.vector, dict) else r.vector
-                vec = np.asarray(v, dtype=np.float32) if with_vectors and v is not None else None
-                yield Point(str(r.id), vec, dict(r.payload or {}))
+                if not with_vectors:
+                    yield Point(str(r.id), None, dict(r.payload or {}))
+                    continue
+                vectors = r.vector if isinstance(r.vector, dict) else {"": r.vector}
+                v = vectors.get("")
+
+                def sp(x):
+                    return None if x is None else Sparse(tuple(int(i) for i in x.indices),
+                                                         tuple(float(y) for y in x.values))
+
+                yield Point(str(r.id), np.asarray(v, dtype=np.float32) if v is not None else None,
+                            dict(r.payload or {}), sparse=sp(vectors.get(SPARSE_NAME)),
+                            named={n: np.asarray(x, dtype=np.float32) for n, x in vectors.items()
+                                   if n not in ("", SPARSE_NAME, TITLE_NAME) and x is not None},
+                            title=sp(vectors.get(TITLE_NAME)))
             if offset is None:
                 break
 

@@ -74,8 +74,11 @@ def unscoped_search(settings, embedder) -> IncidentResult:
                                  p["question"], owner, top_k=10, floor=-1).chunks)})
             # a chunk written before visibility existed: no visibility, no owner
             vec = embedder.embed([legacy["text"]], "document")[0]
+            # it carries every vector the collection has (embedder.extra, store.title_field), as a chunk would
+            named = {n: e.embed([legacy["text"]], "document")[0] for n, e in kb.extra_embedders.items()}
+            title = kb.title_vector(legacy["text"]) if kb.title_field else None
             kb.store.upsert(kb.collection, [Point(LEGACY_ID, vec, {"source_filename": legacy["file"], "chunk_index": 0,
-                                                                   "text": legacy["text"]})])
+                                                                   "text": legacy["text"]}, named=named, title=title)])
             legacy_owner_before = sum(legacy["secret"] in c.text for c in after.retrieve_knowledge_base(
                 legacy["question"], legacy["owner"], top_k=10, floor=-1).chunks)
             migrated = kb.migrate_private(legacy["owner"])
