@@ -1,0 +1,85 @@
+"""The LLM kinds of adiyan testset generate against the local llama.cpp server (tests/servers.py).
+
+The server serves SmolLM2-135M: it proves the wiring (every call a structured call through
+chat_json, its failures counted, ragas' graph and synthesizers over our chunks, the cache), not
+the quality of the questions, which a 135M model cannot write. The corpus is the hand-built one
+of tests/test_testset.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adiyan.config import load_settings
+from adiyan.eval.evalset import EvalsetError
+from adiyan.models.structured import structured_stats
+from adiyan.testset import generate, list_documents
+from adiyan.testset.llm import LLM_KINDS
+from servers import CHAT_ALIAS, llama_server  # noqa: F401 - llama_server: a fixture
+from test_testset import GUIDES, PRICE
+
+
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("llmcorpus")
+    for name, text in (("price_list.md", PRICE), ("guides.md", GUIDES)):
+        (d / name).write_text(text, encoding="utf-8")
+    return list_documents(d)
+
+
+def _settings(tmp_path, **over):
+    return load_settings(None, {"paths.data_dir": str(tmp_path / "data"), **over})
+
+
+def test_llm_kinds_without_a_generative_llm_are_refused_by_name(docs, tmp_path):
+    s = _settings(tmp_path)  # llm.name=extractive, no llm.url: quotes sentences, writes nothing
+    with pytest.raises(EvalsetError, match=r"need a generative LLM: set llm\.url"):
+        generate(s, docs, n=4, kinds=["llm_rewrite"], seed=0)
+    plain = generate(s, docs, n=6, seed=0)  # the default kinds stay offline
+    assert not {r["kind"] for r in plain.questions} & set(LLM_KINDS) and plain.report["llm"] is None
+
+
+@pytest.mark.slow  # a server start and ~40 generations of the tiny model on one thread
+def test_llm_kinds_through_the_server_every_call_structured_and_counted(docs, tmp_path, llama_server):
+    s = _settings(tmp_path, **{"llm.url": llama_server.url, "llm.model": CHAT_ALIAS, "llm.max_tokens": 192})
+    gen = generate(s, docs, n=8, kinds=list(LLM_KINDS), seed=3)
+    rep = gen.report
+    llm_rep = rep["llm"]
+    assert llm_rep["identity"]["llm"] == f"openai-compatible:{CHAT_ALIAS}"
+    calls = llm_rep["calls"]
+    assert "llm_rewrite" in calls and any(p.startswith("ragas:") for p in calls)
+    # every call is a structured one: the server refuses json_schema, so each went out as json_object + schema
+    for purpose, c in calls.items():
+        assert c["ok"] + c["invalid_json"] + c["schema_mismatch"] + c["model_invalid"] + c["error"] == c["calls"], purpose
+        assert set(c["modes"]) <= {"json_object", "json_schema"} and sum(c["modes"].values()) == c["calls"], purpose
+    from adiyan.factory import open_llm
+
+    st = structured_stats(open_llm(s))  # chat_json's own counters for this LLM object
+    assert st.calls == sum(c["calls"] - c["cached"] for c in calls.values() if c["error"] == 0)
+    # the rewrite: the offline gold, reworded; a failed call is a counted rejection, never a kept row
+    rw = calls["llm_rewrite"]
+    assert rep["per_kind"]["llm_rewrite"]["rejected"].get("llm_call_failed", 0) == rw["calls"] - rw["ok"]
+    by_text = {c.text: (d, c) for d, c in gen.corpus.chunks()}
+    for r in gen.questions:
+        if r["kind"] == "llm_rewrite":
+            (span,) = r["answer_keywords"]
+            assert r["rewritten_from"] != r["question"] and span.lower() not in r["question"].lower()
+            (gc,) = r["gold_chunks"]
+            chunk = next(c for d, c in gen.corpus.chunks() if d.file == gc["file"] and c.index == gc["chunk"])
+            assert span in chunk.text
+        elif r["kind"] in ("ragas_single_hop", "ragas_multi_hop"):
+            # ragas' reference contexts are our stored chunks: each gold chunk is one, of its gold source
+            assert r["gold_chunks"] and all(any(c.index == g["chunk"] and d.file == g["file"] for d, c in by_text.values())
+                                            for g in r["gold_chunks"])
+            assert sorted({g["file"] for g in r["gold_chunks"]}) == r["gold_sources"]
+    for kind, k in rep["per_kind"].items():  # every candidate is kept or a counted rejection
+        assert k["made"] == k["kept"] + sum(k["rejected"].values()), kind
+        assert len(k["rejections"]) == sum(k["rejected"].values()), kind
+    steps = llm_rep["ragas"]["transforms"]
+    assert steps and all(v["failed"] <= v["tasks"] for v in steps.values())
+    # the same seed again: every reply from the content-addressed cache, the same set
+    again = generate(s, docs, n=8, kinds=list(LLM_KINDS), seed=3)
+    assert all(c["cached"] == c["calls"] for p, c in again.report["llm"]["calls"].items() if c["error"] == 0)
+    assert json.dumps(again.questions, sort_keys=True) == json.dumps(gen.questions, sort_keys=True)
