@@ -195,6 +195,26 @@ def _ragas_llm_class():
     return StructuredRagasLLM
 
 
+def _offline_tokenizer():
+    """A ragas ``BaseTokenizer`` that needs no download: UTF-8 bytes as tokens (exact round trip).
+
+    ragas' LLM extractors count tokens only to split a text longer than ``max_token_limit``
+    (32,000); its default tokenizer is tiktoken's o200k_base, whose encoding file is downloaded
+    on first use and cannot be offline. Bytes over-count (about 4 a word), so a split happens
+    earlier than with a BPE count, never later; stored chunks (at most 12,000 characters here) are
+    never split."""
+    from ragas.tokenizers import BaseTokenizer  # heavy: ragas, only for the LLM kinds
+
+    class ByteTokenizer(BaseTokenizer):
+        def encode(self, text: str) -> list[int]:
+            return list(text.encode("utf-8"))
+
+        def decode(self, tokens: list[int]) -> str:
+            return bytes(tokens).decode("utf-8", errors="ignore")
+
+    return ByteTokenizer()
+
+
 @contextlib.contextmanager
 def _seeded(seed: int):
     """ragas draws from the global ``random`` / numpy generators: seed them, restore them after."""
@@ -256,7 +276,10 @@ def ragas_samples(caller: StructuredCaller, embedder, chunks: list, want: dict[s
             flat = []
             for tr in default_transforms_for_prechunked(llm=llm, embedding_model=emb):
                 flat.extend(tr.transformations if isinstance(tr, Parallel) else [tr])
+            tokenizer = _offline_tokenizer()
             for tr in flat:
+                if hasattr(tr, "tokenizer"):  # ragas' default (tiktoken o200k_base) downloads its encoding
+                    tr.tokenizer = tokenizer
                 name = type(tr).__name__ + (f"({tr.property_name})" if hasattr(tr, "property_name") else "")
                 need = {EmbeddingExtractor: "embed_property_name", CosineSimilarityBuilder: "property_name",
                         OverlapScoreBuilder: "property_name"}.get(type(tr))
@@ -274,8 +297,8 @@ def ragas_samples(caller: StructuredCaller, embedder, chunks: list, want: dict[s
                 steps[name] = {"tasks": len(coros), "failed": len(failed), "errors": failed[:3],
                                "nodes_removed": before - len(kg.nodes)}
             try:
-                personas = generate_personas_from_kg(kg=kg, llm=llm, num_personas=3)
-                persona_source = "generated"
+                personas = list({p.name: p for p in generate_personas_from_kg(kg=kg, llm=llm, num_personas=3)}.values())
+                persona_source = "generated"  # one per name: the synthesizers key personas by name
             except Exception as exc:  # noqa: BLE001 - no summaries or a failed call: one generic persona
                 personas = [Persona(name=FALLBACK_PERSONA[0], role_description=FALLBACK_PERSONA[1])]
                 persona_source = f"fallback ({type(exc).__name__}: {str(exc)[:120]})"
@@ -313,7 +336,7 @@ def _partitions(sy, kg, KnowledgeGraph) -> list:
 def _synthesize(sy, kind, n, kg, KnowledgeGraph, personas, loop, rng, out: RagasSamples) -> dict:
     parts = _partitions(sy, kg, KnowledgeGraph)
     rng.shuffle(parts)
-    made = failed_scen = failed_samp = 0
+    made = failed_scen = failed_samp = empty = 0
     scenarios_total = 0
     for part in parts:
         if made >= n:
@@ -326,6 +349,7 @@ def _synthesize(sy, kind, n, kg, KnowledgeGraph, personas, loop, rng, out: Ragas
                                        "error": f"{type(exc).__name__}: {exc}"[:200]})
             continue
         scenarios_total += len(scenarios)
+        empty += not scenarios  # e.g. no persona the model named matched a theme: nothing to ask
         for sc in scenarios[:1]:
             try:
                 sample = _run(loop, sy.generate_sample(scenario=sc))
@@ -338,7 +362,8 @@ def _synthesize(sy, kind, n, kg, KnowledgeGraph, personas, loop, rng, out: Ragas
                                       list(sample.reference_contexts or []), type(sy).__name__))
             made += 1
     return {"kind": kind, "units": len(parts), "wanted": n, "scenarios": scenarios_total,
-            "scenario_failures": failed_scen, "sample_failures": failed_samp, "samples": made}
+            "scenario_failures": failed_scen, "units_without_scenario": empty, "sample_failures": failed_samp,
+            "samples": made}
 
 
 def ragas_margin(want: int) -> int:

@@ -38,10 +38,11 @@ def markdown_report(report: dict, name: str) -> str:
                       f"personas {', '.join(rg['personas'])} ({rg['persona_source']}).", "",
                       "| ragas step | tasks | failed | nodes removed |", "|---|---|---|---|"]
             lines += [f"| {k} | {v['tasks']} | {v['failed']} | {v['nodes_removed']} |" for k, v in rg["transforms"].items()]
-            lines += ["", "| synthesizer | kind | units | wanted | scenarios | scenario failures | sample failures | "
-                      "samples |", "|---|---|---|---|---|---|---|---|"]
+            lines += ["", "| synthesizer | kind | units | wanted | scenarios | scenario failures | units without a "
+                      "scenario | sample failures | samples |", "|---|---|---|---|---|---|---|---|---|"]
             lines += [f"| {k} | {v['kind']} | {v['units']} | {v['wanted']} | {v['scenarios']} | {v['scenario_failures']} | "
-                      f"{v['sample_failures']} | {v['samples']} |" for k, v in rg["synthesizers"].items()]
+                      f"{v['units_without_scenario']} | {v['sample_failures']} | {v['samples']} |"
+                      for k, v in rg["synthesizers"].items()]
     if report["skipped_documents"]:
         lines += ["", "## Documents not used", ""]
         lines += [f"- `{s['file']}`: {s['reason']}" for s in report["skipped_documents"]]
