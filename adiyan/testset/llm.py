@@ -100,7 +100,9 @@ class StructuredCaller:
         self.llm = llm
         self.cache = cache
         lc = settings.llm.model_dump(mode="json")
-        self.identity = {"llm": getattr(llm, "id", type(llm).__name__), "mode": structured_mode(llm),
+        # the cache key: the model and every setting that shapes a reply; not the structured mode, which an
+        # OpenAI-compatible client settles on its first call (json_schema refused -> json_object)
+        self.identity = {"llm": getattr(llm, "id", type(llm).__name__),
                          **{k: lc[k] for k in ("name", "url", "model", "temperature", "max_tokens", "seed",
                                                "context_size", "structured")}}
         self.stats: dict[str, CallStats] = {}
@@ -297,8 +299,11 @@ def ragas_samples(caller: StructuredCaller, embedder, chunks: list, want: dict[s
                 steps[name] = {"tasks": len(coros), "failed": len(failed), "errors": failed[:3],
                                "nodes_removed": before - len(kg.nodes)}
             try:
-                personas = list({p.name: p for p in generate_personas_from_kg(kg=kg, llm=llm, num_personas=3)}.values())
-                persona_source = "generated"  # one per name: the synthesizers key personas by name
+                # one per name (the synthesizers key personas by name), sorted: ragas generates them
+                # concurrently and returns them in completion order, which would reorder later prompts
+                personas = sorted({p.name: p for p in generate_personas_from_kg(kg=kg, llm=llm, num_personas=3)}.values(),
+                                  key=lambda p: (p.name, p.role_description))
+                persona_source = "generated"
             except Exception as exc:  # noqa: BLE001 - no summaries or a failed call: one generic persona
                 personas = [Persona(name=FALLBACK_PERSONA[0], role_description=FALLBACK_PERSONA[1])]
                 persona_source = f"fallback ({type(exc).__name__}: {str(exc)[:120]})"
