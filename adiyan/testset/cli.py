@@ -48,6 +48,11 @@ def cmd_generate(args) -> int:
         rej = ", ".join(f"{a} {b}" for a, b in k["rejected"].items()) or "none"
         print(f"  {kind:13} made {k['made']:4}  kept {k['kept']:4}  rejected: {rej}; unreachable gold flagged "
               f"{k['unreachable_gold_flagged']}")
+    if r.get("llm"):
+        calls = r["llm"]["calls"].values()
+        print(f"  LLM {r['llm']['identity']['llm']} ({r['llm']['structured']}): {sum(c['calls'] for c in calls)} structured "
+              f"calls, {sum(c['cached'] for c in calls)} cached, {sum(c['parse_failures'] for c in calls)} parse failures, "
+              f"{sum(c['error'] for c in calls)} transport errors")
     print(f"  report: {Path(out) / 'report.md'}\n  evaluate: invoke eval --set eval.evalset={out}")
     return 0
 
