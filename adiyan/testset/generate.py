@@ -50,6 +50,7 @@ from .corpus import Corpus, CorpusChunk, CorpusDocument, load_corpus
 from . import llm as L
 from .reach import Reach
 from ..factory import open_embedder
+from ..models.structured import structured_mode
 from .report import markdown_report
 
 OFFLINE_KINDS = ("lookup", "paraphrase", "multi_hop", "in_document", "unanswerable", "private")
@@ -351,8 +352,6 @@ def _llm_context(settings, corpus, embedder, kinds, quota, seed, progress) -> _L
 def _llm_report(ctx: "_LLMContext | None") -> dict | None:
     if ctx is None:
         return None
-    from ..models.structured import structured_mode  # noqa: PLC0415
-
     return {"identity": ctx.caller.identity, "structured": structured_mode(ctx.caller.llm),
             "calls": ctx.caller.report(), "ragas": ctx.ragas.report if ctx.ragas is not None else None}
 

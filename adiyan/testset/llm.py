@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from ..cache import CallCache
+from ..eval import ragas_metrics as RM
 from ..eval.evalset import EvalsetError
 from ..factory import open_llm
 from ..models.structured import chat_json, structured_mode
@@ -250,14 +251,20 @@ def ragas_samples(caller: StructuredCaller, embedder, chunks: list, want: dict[s
     """Run ragas' knowledge graph and synthesizers over ``chunks`` ([(doc, chunk)], public ones) for
     ``want`` samples per ragas kind; ``max_chunks`` of them (a seeded sample) become graph nodes."""
     from ragas.testset.graph import KnowledgeGraph, Node, NodeType  # heavy: ragas, only for the LLM kinds
-    from ragas.testset.persona import Persona, generate_personas_from_kg
-    from ragas.testset.synthesizers.multi_hop import MultiHopAbstractQuerySynthesizer, MultiHopSpecificQuerySynthesizer
-    from ragas.testset.synthesizers.single_hop.specific import SingleHopSpecificQuerySynthesizer
-    from ragas.testset.transforms import Parallel, default_transforms_for_prechunked
-    from ragas.testset.transforms.extractors import EmbeddingExtractor
-    from ragas.testset.transforms.relationship_builders import CosineSimilarityBuilder, OverlapScoreBuilder
-
-    from ..eval.ragas_metrics import _ragas
+    from ragas.testset.persona import Persona, generate_personas_from_kg  # heavy: ragas, only for the LLM kinds
+    from ragas.testset.synthesizers.multi_hop import (  # heavy: ragas, only for the LLM kinds
+        MultiHopAbstractQuerySynthesizer,
+        MultiHopSpecificQuerySynthesizer,
+    )
+    from ragas.testset.synthesizers.single_hop.specific import (  # heavy: ragas, only for the LLM kinds
+        SingleHopSpecificQuerySynthesizer,
+    )
+    from ragas.testset.transforms import Parallel, default_transforms_for_prechunked  # heavy: ragas, LLM kinds only
+    from ragas.testset.transforms.extractors import EmbeddingExtractor  # heavy: ragas, only for the LLM kinds
+    from ragas.testset.transforms.relationship_builders import (  # heavy: ragas, only for the LLM kinds
+        CosineSimilarityBuilder,
+        OverlapScoreBuilder,
+    )
 
     out = RagasSamples()
     rng = random.Random(f"{seed}:ragas")
@@ -265,7 +272,7 @@ def ragas_samples(caller: StructuredCaller, embedder, chunks: list, want: dict[s
     rng.shuffle(pool)
     pool = pool[:max_chunks]
     llm = _ragas_llm_class()(caller)
-    emb = _ragas().AdiyanRagasEmbeddings(embedder, kind="document")
+    emb = RM.AdiyanRagasEmbeddings(embedder, kind="document")  # imports ragas on first access
     # node ids from the chunk's key, not uuid4: ragas iterates sets of nodes, so random ids would
     # change the prompts' order from run to run and miss the call cache
     kg = KnowledgeGraph(nodes=[Node(id=uuid.uuid5(NODE_NS, f"{d.file}#{c.index}"), type=NodeType.CHUNK, properties={
