@@ -186,6 +186,7 @@ def run_corpus(settings, corpus: str, out: Path, *, n: int, seed: int, panel: di
         print(f"[testset validate] {corpus} {name}: {timing[name]} s", file=sys.stderr, flush=True)
         partial.write_text(json.dumps({"key": pkey, "scores": scores, "timing": timing}), encoding="utf-8")
     return {"corpus": corpus, "kinds": kinds, "llm": gen.report.get("llm"), "human_set": str(hpath),
+            "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "generated_set": str(gen_dir),
             "human_questions": len(next(iter(scores["human"]["hit@4"].values()))),
             "generated_questions": len(next(iter(scores["generated"]["hit@4"].values()))),
