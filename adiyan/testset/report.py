@@ -38,9 +38,10 @@ def markdown_report(report: dict, name: str) -> str:
                       f"personas {', '.join(rg['personas'])} ({rg['persona_source']}).", "",
                       "| ragas step | tasks | failed | nodes removed |", "|---|---|---|---|"]
             lines += [f"| {k} | {v['tasks']} | {v['failed']} | {v['nodes_removed']} |" for k, v in rg["transforms"].items()]
-            lines += ["", "| synthesizer | kind | units | wanted | scenarios | scenario failures | units without a "
+            lines += ["", "| synthesizer | kind | units (tried) | wanted | scenarios | scenario failures | units without a "
                       "scenario | sample failures | samples |", "|---|---|---|---|---|---|---|---|---|"]
-            lines += [f"| {k} | {v['kind']} | {v['units']} | {v['wanted']} | {v['scenarios']} | {v['scenario_failures']} | "
+            lines += [f"| {k} | {v['kind']} | {v['units']} ({v.get('units_tried', v['units'])}) | {v['wanted']} | "
+                      f"{v['scenarios']} | {v['scenario_failures']} | "
                       f"{v['units_without_scenario']} | {v['sample_failures']} | {v['samples']} |"
                       for k, v in rg["synthesizers"].items()]
     if report["skipped_documents"]:
