@@ -115,11 +115,11 @@ def sweep(c, name=None, jobs=None, force=False, set_=None, only=None, engine=Non
 @task(positional=["action", "docs"], iterable=["set_", "kinds", "private", "exclude", "corpus"],
       help={"action": "generate | validate", "docs": "generate: documents folder, file or evalset folder",
             "out": "generate: the evalset folder to write (evalsets/NAME)", "n": "questions (per corpus for validate)",
-            "kinds": "generate: kinds (repeatable or comma-separated)", "seed": "generation seed",
+            "kinds": "generate / validate: kinds (repeatable or comma-separated)", "seed": "generation seed",
             "owner": "generate: owner of the documents", "visibility": "generate: global | private",
             "private": "generate: GLOB=OWNER makes matching documents private (repeatable)",
             "link": "generate: symlink documents instead of copying", "exclude": "generate: leave out GLOB (repeatable)", "corpus": "validate: xquad | clapnq | "
-            "adiyan_full | scifact (repeatable; default all)", "panel": "validate: standard | quick",
+            "adiyan_full | scifact (repeatable; default all)", "panel": "validate: quick | standard | full | scifact | scifact-nomic",
             "set_": "override: key=value (repeatable)", "config": "YAML config file", "quiet": "no progress bars"})
 def testset(c, action, docs=None, out=None, n=None, kinds=None, seed=None, owner=None, visibility=None, private=None,
             exclude=None, link=False, corpus=None, panel=None, set_=None, config=None, quiet=False):
@@ -134,7 +134,8 @@ def testset(c, action, docs=None, out=None, n=None, kinds=None, seed=None, owner
         if link:
             args.append("--link")
     elif action == "validate":
-        args = ["testset validate"] + [f"--corpus {x}" for x in corpus or []] + ([f"--panel {panel}"] if panel else [])
+        args = ["testset validate"] + [f"--corpus {x}" for x in corpus or []] + ([f"--panel {panel}"] if panel else []) \
+            + [f"--kinds {k}" for k in kinds or []]
     else:
         raise SystemExit(f"invoke testset: action must be generate or validate, not {action!r}")
     args += ([f"--n {n}"] if n else []) + ([f"--seed {seed}"] if seed is not None else []) + (["--quiet"] if quiet else [])

@@ -46,6 +46,7 @@ from .. import metrics as M
 from .beir_protocol import refuse_beir_protocol
 from .evalset import Evalset, load_evalset
 from .scorers import IR_DEPTH, RETRIEVAL_SCORERS, Rows, annotate_answer, per_question_ranking, score
+from .in_document import retrieve_question
 
 EVAL_REQUESTER = "eval-user"
 
@@ -337,7 +338,7 @@ def question_rows(index: EvalIndex, retriever, *, progress: bool = False, desc: 
     for q in tqdm(es.questions, desc=desc, unit="q", disable=not progress, leave=False):
         requester = q.requester or EVAL_REQUESTER
         t0 = time.perf_counter()
-        res = retriever.retrieve(q.question, requester)
+        res, scoped = retrieve_question(retriever, q, requester, es)  # a row with `within`: in that document only
         dt = time.perf_counter() - t0
         out.retrieve_s += dt
         top, ranked = res.chunks, res.ranked
@@ -354,18 +355,23 @@ def question_rows(index: EvalIndex, retriever, *, progress: bool = False, desc: 
             "queries": res.queries if res.queries != [q.question] else None,
             "transform_failed": res.transform_failed,
             "empty_reason": res.empty_reason if not top else None,
-            "hit": M.hit(sources, q.gold_sources) if q.answerable else None,
-            "reciprocal_rank": M.reciprocal_rank(sources, q.gold_sources) if q.answerable else None,
+            "hit": scoped.hit if scoped else M.hit(sources, q.gold_sources) if q.answerable else None,
+            "reciprocal_rank": scoped.reciprocal_rank if scoped else
+            M.reciprocal_rank(sources, q.gold_sources) if q.answerable else None,
             "leaked_private": leaked(ranked, requester),
             "probe_leaked": (probe_key in {c.source for c in ranked}) if probe_key else None,
             "context_tokens": sum(approx_tokens(c.text) for c in top),
             "retrieve_s": round(dt, 6),
         }
+        if scoped:
+            row.update(scoped.row_fields())
         if probe_key:  # the probe must be able to fail: its owner finds the document with this question
             owner = probe_key.split("/", 1)[0]
             owner_res = retriever.retrieve(q.question, owner)
             row["probe_owner_retrieved"] = probe_key in {c.source for c in owner_res.ranked}
-        if q.answerable:
+        if q.answerable and scoped:  # chunk-level: chunks of the document holding the answer keywords
+            out.qrels[q.id], out.run[q.id] = scoped.qrels, scoped.run
+        elif q.answerable:
             out.qrels[q.id] = q.relevance()  # graded: nDCG's gains; recall / hit count every grade > 0
             out.run[q.id] = source_run(ranked)  # the whole kept ranking: metrics cut it at their own depth
         out.results[q.id] = res

@@ -10,11 +10,11 @@ from ..eval.evalset import EvalsetError
 from ..retrieval.pipeline import UnsupportedSetting
 from .corpus import list_documents
 from .generate import generate, write_evalset
-from .validate import CORPORA, run_validation, summary_lines
+from .validate import CORPORA, PANELS, run_validation, summary_lines
 
 # what generation reads: where the caches are, the parser, the chunker, the embedder (near-duplicates,
 # reachability); any other --set would be reported as if it had shaped the set
-GENERATE_SECTIONS = ("paths", "ingest", "chunking", "embedder")
+GENERATE_SECTIONS = ("paths", "ingest", "chunking", "embedder", "llm")  # llm: the LLM kinds
 
 
 def _settings(args, sections=None):
@@ -48,6 +48,11 @@ def cmd_generate(args) -> int:
         rej = ", ".join(f"{a} {b}" for a, b in k["rejected"].items()) or "none"
         print(f"  {kind:13} made {k['made']:4}  kept {k['kept']:4}  rejected: {rej}; unreachable gold flagged "
               f"{k['unreachable_gold_flagged']}")
+    if r.get("llm"):
+        calls = r["llm"]["calls"].values()
+        print(f"  LLM {r['llm']['identity']['llm']} ({r['llm']['structured']}): {sum(c['calls'] for c in calls)} structured "
+              f"calls, {sum(c['cached'] for c in calls)} cached, {sum(c['parse_failures'] for c in calls)} parse failures, "
+              f"{sum(c['error'] for c in calls)} transport errors")
     print(f"  report: {Path(out) / 'report.md'}\n  evaluate: invoke eval --set eval.evalset={out}")
     return 0
 
@@ -60,11 +65,21 @@ def cmd_validate(args) -> int:
     if bad:
         print(f"adiyan: --corpus {bad}: choose from {', '.join(CORPORA)}", file=sys.stderr)
         return 2
+    if args.panel not in PANELS:
+        print(f"adiyan: --panel {args.panel!r}: choose from {', '.join(PANELS)}", file=sys.stderr)
+        return 2
+    kinds = [k.strip() for item in args.kinds or [] for k in item.split(",") if k.strip()] or None
     out = Path(args.output or Path(s.paths.reports_dir) / "testset_validate")
-    result = run_validation(s, corpora, out, n=args.n, seed=args.seed if args.seed is not None else s.seed,
-                            n_boot=args.bootstrap, panel=args.panel, progress=not args.quiet)
+    try:
+        result = run_validation(s, corpora, out, n=args.n, seed=args.seed if args.seed is not None else s.seed,
+                                n_boot=args.bootstrap, panel=args.panel, kinds=kinds, progress=not args.quiet)
+    except EvalsetError as exc:
+        print(f"adiyan: {exc}", file=sys.stderr)
+        return 2
     print("\n".join(summary_lines(result)))
     print(f"  written: {out / 'validate.json'}, {out / 'validate.md'}")
+    if args.json_out:
+        Path(args.json_out).write_text((out / "validate.json").read_text(encoding="utf-8"), encoding="utf-8")
     return 0
 
 
@@ -76,7 +91,9 @@ def add_testset_parser(sub) -> None:
     pg.add_argument("--out", required=True, help="the evalset folder to write, e.g. evalsets/mine")
     pg.add_argument("--n", type=int, default=100, help="questions to generate (split over the kinds)")
     pg.add_argument("--kinds", action="append", help="comma-separated kinds (default: all that apply): "
-                    "lookup, paraphrase, multi_hop, in_document, unanswerable, private")
+                    "lookup, paraphrase, multi_hop, in_document, unanswerable, private; with a generative LLM "
+                    "(llm.url, llm.name ollama/openai-compatible/smollm2) also llm_rewrite, ragas_single_hop, "
+                    "ragas_multi_hop")
     pg.add_argument("--seed", type=int, default=None, help="generation seed (default: the config's seed)")
     pg.add_argument("--owner", default="adiyan-office", help="owner of the folder's documents")
     pg.add_argument("--visibility", choices=["private", "global"], default="global",
@@ -96,7 +113,11 @@ def add_testset_parser(sub) -> None:
     pv.add_argument("--n", type=int, default=300, help="generated questions per corpus")
     pv.add_argument("--seed", type=int, default=None)
     pv.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples over questions")
-    pv.add_argument("--panel", default="standard", help="configuration panel: standard | quick")
+    pv.add_argument("--panel", default="standard", help="configuration panel: " + " | ".join(PANELS)
+                    + " (docs/testset.md)")
+    pv.add_argument("--kinds", action="append", help="generated kinds, comma-separated (default lookup,paraphrase,"
+                    "multi_hop; the LLM kinds need a generative LLM, e.g. --set llm.name=smollm2)")
+    pv.add_argument("--json-out", help="also copy validate.json here (benchmarks/verify.py's {out})")
     pv.add_argument("--output", help="folder for validate.json / validate.md (default reports/testset_validate)")
     pv.add_argument("--quiet", action="store_true")
     pv.set_defaults(fn=cmd_validate)

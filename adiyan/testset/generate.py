@@ -18,6 +18,13 @@ Kinds (each question row's ``kind``; the evalset format of evalsets/README.md):
                  owner (the gold is visible only to them), paired with the same question asked by
                  another requester, ``probe_private`` naming the document: the leak check.
 
+With a generative LLM configured (``llm.url``, or ``llm.name`` ollama / openai-compatible / smollm2),
+three more kinds (:mod:`adiyan.testset.llm`), default then: ``llm_rewrite`` (an offline lookup
+question reworded by the LLM, same gold), ``ragas_single_hop`` and ``ragas_multi_hop`` (ragas 0.4's
+knowledge graph and query synthesizers over the same chunks; gold = the documents of the reference
+contexts, gold answer = ragas' reference). Every LLM call is a structured call whose failures the
+report counts (``llm.calls``) and whose failed candidates are rejections like any other.
+
 Filters, each counted per kind in the report: the answer span must occur in the gold chunk's stored
 text; the question must not contain its answer verbatim; exact and near duplicates (cosine of the
 configured embedder's query embeddings >= ``dup_cosine``, within a kind) are dropped; a question whose
@@ -40,12 +47,17 @@ import yaml
 from ..eval.evalset import EvalsetError
 from . import rules as R
 from .corpus import Corpus, CorpusChunk, CorpusDocument, load_corpus
+from . import llm as L
 from .reach import Reach
 from ..factory import open_embedder
+from ..models.structured import structured_mode
 from .report import markdown_report
 
-ALL_KINDS = ("lookup", "paraphrase", "multi_hop", "in_document", "unanswerable", "private")
-WEIGHTS = {"lookup": 3, "paraphrase": 3, "multi_hop": 1, "in_document": 1, "unanswerable": 1, "private": 1}
+OFFLINE_KINDS = ("lookup", "paraphrase", "multi_hop", "in_document", "unanswerable", "private")
+ALL_KINDS = OFFLINE_KINDS + L.LLM_KINDS
+WEIGHTS = {"lookup": 3, "paraphrase": 3, "multi_hop": 1, "in_document": 1, "unanswerable": 1, "private": 1,
+           "llm_rewrite": 3, "ragas_single_hop": 2, "ragas_multi_hop": 1}
+RAGAS_MAX_CHUNKS = 4  # graph nodes per ragas sample wanted (a seeded sample of the chunks): bounds the LLM calls
 EVAL_REQUESTER = "eval-user"  # adiyan.eval.harness.EVAL_REQUESTER: who asks when a row names nobody
 GENERATOR = "adiyan.testset offline v1"
 EXAMPLES = 10
@@ -129,10 +141,34 @@ def _lookup(d, c, fact, kind="lookup") -> Candidate:
     return Candidate(kind, R.lookup_question(s, span, t, start), s, span, t, [(d, c)])
 
 
-def candidates(corpus: Corpus, kind: str, rng: random.Random, known: str, owners: list[str]):
-    """Candidates of one kind, in the order the generator considers them (seeded)."""
+def candidates(corpus: Corpus, kind: str, rng: random.Random, known: str, owners: list[str], llm_ctx=None):
+    """Candidates of one kind, in the order the generator considers them (seeded). A candidate whose
+    ``extra["_reject"]`` is set failed before the filters (an LLM call): counted as that rejection."""
     public = [d for d in corpus.documents if d.visibility == "global"]
-    if kind in ("lookup", "in_document"):
+    if kind == "llm_rewrite":
+        for d, c, fact in _round_robin(public, rng):
+            base = _lookup(d, c, fact, kind)
+            q = L.rewrite(llm_ctx.caller, base.question)
+            cand = Candidate(kind, q or base.question, base.gold_answer, base.answer, base.span_type, base.gold,
+                             extra={"rewritten_from": base.question})
+            if q is None:
+                cand.extra["_reject"] = "llm_call_failed"
+            elif R.tokens(q) == R.tokens(base.question):
+                cand.extra["_reject"] = "llm_unchanged"
+            yield cand
+    elif kind in L.RAGAS_KINDS:
+        res = llm_ctx.ragas
+        for f in res.failures[kind]:
+            yield Candidate(kind, f"[{f['step']}] {f['error']}", "", "", "free", [], extra={"_reject": "ragas_step_failed"})
+        by_text = {c.text: (d, c) for d, c in corpus.chunks() if d.visibility == "global"}
+        for question, reference, contexts, synthesizer in res.samples[kind]:
+            gold = [by_text.get(t) for t in contexts]
+            cand = Candidate(kind, " ".join(question.split()), reference, "", "free", [g for g in gold if g],
+                             extra={"synthesizer": synthesizer})
+            if not contexts or any(g is None for g in gold):
+                cand.extra["_reject"] = "context_not_a_chunk"
+            yield cand
+    elif kind in ("lookup", "in_document"):
         for d, c, fact in _round_robin(public, rng):
             cand = _lookup(d, c, fact, kind)
             if kind == "in_document":
@@ -199,6 +235,10 @@ def candidates(corpus: Corpus, kind: str, rng: random.Random, known: str, owners
 
 def _check(cand: Candidate, seen: set[str]) -> str | None:
     """The first failed filter's name, or None."""
+    if cand.extra.get("_reject"):
+        return cand.extra.pop("_reject")
+    if not cand.answer and cand.gold and cand.gold_answer and cand.gold_answer.lower() in cand.question.lower():
+        return "answer_in_question"  # a free-text reference (ragas) copied into its question
     if cand.answer:
         for _d, c in cand.gold[:1]:  # the answer's chunk is the first gold chunk
             if cand.answer not in c.text:
@@ -229,7 +269,8 @@ def generate(settings, documents, *, n: int = 100, kinds: list[str] | None = Non
         raise EvalsetError("no document could be parsed: " + "; ".join(f"{s['file']}: {s['reason']}"
                                                                        for s in corpus.skipped[:5]))
     has_private = any(d.visibility == "private" for d in corpus.documents)
-    kinds = list(kinds or [k for k in ALL_KINDS if k != "private" or has_private])
+    kinds = list(kinds or [k for k in OFFLINE_KINDS if k != "private" or has_private]
+                 + (list(L.LLM_KINDS) if L.generative(settings) else []))
     bad = [k for k in kinds if k not in ALL_KINDS]
     if bad:
         raise EvalsetError(f"--kinds: unknown kind(s) {bad}; choose from {', '.join(ALL_KINDS)}")
@@ -240,6 +281,8 @@ def generate(settings, documents, *, n: int = 100, kinds: list[str] | None = Non
     owners = sorted({d.owner for d in corpus.documents if d.visibility == "private"})
     reach = Reach(corpus, embedder) if reach_check else None
     quota = quotas(n, kinds)
+    llm_ctx = _llm_context(settings, corpus, embedder, kinds, quota, seed, progress) \
+        if any(k in L.LLM_KINDS for k in kinds) else None
     reports = {k: KindReport() for k in kinds}
     kept_all: list[Candidate] = []
     for kind in kinds:
@@ -248,8 +291,9 @@ def generate(settings, documents, *, n: int = 100, kinds: list[str] | None = Non
         if want <= 0:
             continue
         passed, seen = [], set()
-        for cand in candidates(corpus, kind, rng, known, owners):
-            if len(passed) >= 3 * want:
+        enough = L.ragas_margin(want) if kind == "llm_rewrite" else 3 * want  # an LLM call per candidate
+        for cand in candidates(corpus, kind, rng, known, owners, llm_ctx):
+            if len(passed) >= enough:
                 break
             rep.made += 1
             why = _check(cand, seen)
@@ -284,7 +328,32 @@ def generate(settings, documents, *, n: int = 100, kinds: list[str] | None = Non
                                      "unreachable_gold": cand.extra.get("unreachable_gold")})
     rows = _rows(kept_all, seed)
     report = _report(corpus, reports, quota, kinds, seed, n, dup_cosine, reach_check, rows)
+    report["llm"] = _llm_report(llm_ctx)
     return Generated(rows, report, corpus)
+
+
+@dataclass
+class _LLMContext:
+    caller: "L.StructuredCaller"
+    ragas: "L.RagasSamples | None" = None
+
+
+def _llm_context(settings, corpus, embedder, kinds, quota, seed, progress) -> _LLMContext:
+    """The structured caller and, when a ragas kind is asked for, one ragas pass for both ragas kinds."""
+    ctx = _LLMContext(L.caller_for(settings))
+    want = {k: L.ragas_margin(quota[k]) for k in L.RAGAS_KINDS if k in kinds and quota[k] > 0}
+    if want:
+        public = [(d, c) for d, c in corpus.chunks() if d.visibility == "global"]
+        ctx.ragas = L.ragas_samples(ctx.caller, embedder, public, want, seed=seed,
+                                    max_chunks=max(8, RAGAS_MAX_CHUNKS * sum(want.values())), progress=progress)
+    return ctx
+
+
+def _llm_report(ctx: "_LLMContext | None") -> dict | None:
+    if ctx is None:
+        return None
+    return {"identity": ctx.caller.identity, "structured": structured_mode(ctx.caller.llm),
+            "calls": ctx.caller.report(), "ragas": ctx.ragas.report if ctx.ragas is not None else None}
 
 
 def _gold_chunk(d: CorpusDocument, c: CorpusChunk) -> dict:
@@ -323,7 +392,12 @@ def _report(corpus, reports, quota, kinds, seed, n, dup_cosine, reach_check, row
                         "near_duplicate": f"query-embedding cosine >= {dup_cosine} with a kept question of its kind",
                         "unreachable_gold": ("flagged, not dropped: the gold document is in neither the dense nor "
                                              "the BM25 top 10 of the requester's visible chunks")
-                        if reach_check else "not checked (--no-reach-check)"},
+                        if reach_check else "not checked (--no-reach-check)",
+                        **({"llm_call_failed": "the LLM's structured reply was not a valid object (llm.calls counts why)",
+                            "llm_unchanged": "the LLM returned the offline question's words unchanged",
+                            "ragas_step_failed": "a ragas scenario or sample step failed (its error is the 'question')",
+                            "context_not_a_chunk": "a ragas reference context is not the text of a stored chunk"}
+                           if any(k in L.LLM_KINDS for k in kinds) else {})},
             "documents": len(corpus.documents), "chunks": sum(len(d.chunks) for d in corpus.documents),
             "skipped_documents": corpus.skipped, "chunking": corpus.chunking, "per_kind": per_kind,
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}

@@ -56,12 +56,29 @@ PANELS["standard"] = {**PANELS["quick"], "dense-mpnet-k4": {"embedder.name": "mp
                       "rrf-mpnet-k4": {"embedder.name": "mpnet", **_RRF}}
 PANELS["full"] = {**PANELS["standard"], "dense-nomic-k4": {"embedder.name": "nomic-embed-text"},
                   "rrf-nomic-k4": {"embedder.name": "nomic-embed-text", **_RRF}}
+# SciFact (5,183 abstracts): one chunk per abstract as the base chunking (what benchmarks/scifact.py's
+# whole_documents variant and the signals helper's nomic encode use, so the content-addressed
+# embedding cache already holds those vectors), the shipped 800/100 chunking as the second one; no
+# mpnet (a one-off ~68 min encode here). Generation chunks as the first configuration does.
+_WHOLE = {"chunking.strategy": "recursive", "chunking.size": 12000, "chunking.overlap": 0}
+_C800 = {"chunking.strategy": "auto", "chunking.size": 800, "chunking.overlap": 100}
+PANELS["scifact"] = {
+    "dense-minilm-k4": _WHOLE, "bm25-k4": {"retrieval.mode": "bm25", **_WHOLE}, "rrf-minilm-k4": {**_RRF, **_WHOLE},
+    "convex-minilm-k4": {**_CVX, **_WHOLE}, "dense-minilm-k2": {"retrieval.kb_top_k": 2, **_WHOLE},
+    "dense-minilm-k8": {"retrieval.kb_top_k": 8, **_WHOLE}, "dense-minilm-k4-c800": _C800,
+    "bm25-k4-c800": {"retrieval.mode": "bm25", **_C800}, "rrf-minilm-k4-c800": {**_RRF, **_C800},
+    "convex-minilm-k8": {**_CVX, "retrieval.kb_top_k": 8, **_WHOLE},
+}
+PANELS["scifact-nomic"] = {**PANELS["scifact"], "dense-nomic-k4": {"embedder.name": "nomic-embed-text", **_WHOLE},
+                           "rrf-nomic-k4": {"embedder.name": "nomic-embed-text", **_RRF, **_WHOLE}}
 CONTRASTS = [("bm25 - dense", "bm25-k4", "dense-minilm-k4"), ("hybrid rrf - dense", "rrf-minilm-k4", "dense-minilm-k4"),
              ("hybrid convex - dense", "convex-minilm-k4", "dense-minilm-k4"),
              ("mpnet - minilm (dense)", "dense-mpnet-k4", "dense-minilm-k4"),
              ("nomic - minilm (dense)", "dense-nomic-k4", "dense-minilm-k4"),
              ("chunks 400 - 800 (dense)", "dense-minilm-k4-c400", "dense-minilm-k4"),
              ("chunks 400 - 800 (bm25)", "bm25-k4-c400", "bm25-k4"),
+             ("chunks 800 - whole (dense)", "dense-minilm-k4-c800", "dense-minilm-k4"),
+             ("chunks 800 - whole (bm25)", "bm25-k4-c800", "bm25-k4"),
              ("k 8 - k 4 (dense)", "dense-minilm-k8", "dense-minilm-k4")]
 
 
@@ -113,20 +130,37 @@ def _per_question(qr, k: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def run_corpus(settings, corpus: str, out: Path, *, n: int, seed: int, panel: dict, progress: bool = False) -> dict:
+def _config_settings(settings, over: dict):
+    d = settings.model_dump()
+    for key, value in {**_BASE, **over}.items():
+        section, field = key.split(".", 1)
+        d[section][field] = value
+    return type(settings).model_validate(d)
+
+
+def entry_name(corpus: str, kinds: list[str]) -> str:
+    """The result's key: the corpus, with the kinds when they are not the default ones."""
+    return corpus if list(kinds) == VALIDATE_KINDS else f"{corpus}:{'+'.join(kinds)}"
+
+
+def run_corpus(settings, corpus: str, out: Path, *, n: int, seed: int, panel: dict, kinds: list[str] | None = None,
+               progress: bool = False) -> dict:
     t0 = time.perf_counter()
+    kinds = list(kinds or VALIDATE_KINDS)
+    entry = entry_name(corpus, kinds)
     hpath = human_set(settings, corpus)
     human = load_evalset(hpath)
-    gen_dir = out / "sets" / f"{corpus}-generated-s{seed}"
-    emb = open_embedder(settings, progress=progress)
-    gen = generate(settings, list_documents(hpath), n=n, kinds=VALIDATE_KINDS, seed=seed, embedder=emb,
-                   progress=progress)
+    gen_dir = out / "sets" / f"{entry.replace(':', '-').replace('+', '-')}-generated-s{seed}"
+    # generation parses and chunks as the panel's first configuration does (its embedder: near-duplicates, reach)
+    gs = _config_settings(settings, next(iter(panel.values())))
+    emb = open_embedder(gs, progress=progress)
+    gen = generate(gs, list_documents(hpath), n=n, kinds=kinds, seed=seed, embedder=emb, progress=progress)
     write_evalset(gen, gen_dir, name=f"{corpus}-generated", link=True)
     generated = load_evalset(gen_dir)
     gen_kind = {q.id: q.kind for q in generated.questions}
     scores = {"human": {m: {} for m in METRICS}, "generated": {m: {} for m in METRICS}}
     timing = {}
-    partial = out / "raw" / f"{corpus}.partial.json"  # per-configuration progress: an interrupted run resumes
+    partial = out / "raw" / f"{entry}.partial.json"  # per-configuration progress: an interrupted run resumes
     pkey = {"panel": panel, "n": n, "seed": seed, "questions": generated.content_hash()}
     if partial.is_file():
         old = json.loads(partial.read_text(encoding="utf-8"))
@@ -135,11 +169,7 @@ def run_corpus(settings, corpus: str, out: Path, *, n: int, seed: int, panel: di
     for name, over in panel.items():
         if name in timing:
             continue
-        d = settings.model_dump()
-        for key, value in {**_BASE, **over}.items():
-            section, field = key.split(".", 1)
-            d[section][field] = value
-        s = type(settings).model_validate(d)
+        s = _config_settings(settings, over)
         tc = time.perf_counter()
         index = open_index(s, human, progress=progress)
         try:
@@ -155,7 +185,9 @@ def run_corpus(settings, corpus: str, out: Path, *, n: int, seed: int, panel: di
         timing[name] = round(time.perf_counter() - tc, 1)
         print(f"[testset validate] {corpus} {name}: {timing[name]} s", file=sys.stderr, flush=True)
         partial.write_text(json.dumps({"key": pkey, "scores": scores, "timing": timing}), encoding="utf-8")
-    return {"corpus": corpus, "human_set": str(hpath), "generated_set": str(gen_dir),
+    return {"corpus": corpus, "kinds": kinds, "llm": gen.report.get("llm"), "human_set": str(hpath),
+            "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "generated_set": str(gen_dir),
             "human_questions": len(next(iter(scores["human"]["hit@4"].values()))),
             "generated_questions": len(next(iter(scores["generated"]["hit@4"].values()))),
             "generation": {k: {kk: v[kk] for kk in ("quota", "made", "kept", "rejected", "unreachable_gold_flagged",
@@ -200,7 +232,7 @@ def analyse(raw: dict, *, n_boot: int, seed: int) -> dict:
 
 
 def run_validation(settings, corpora: list[str], out: Path, *, n: int = 300, seed: int = 0, n_boot: int = 1000,
-                   panel: str = "standard", progress: bool = False) -> dict:
+                   panel: str = "standard", kinds: list[str] | None = None, progress: bool = False) -> dict:
     """Validate on each corpus; writes ``out/validate.json`` (with the per-question scores in
     ``out/raw/<corpus>.json``) and ``out/validate.md``. A corpus already measured with the same
     panel, n and seed (its raw file) is not run again."""
@@ -208,23 +240,30 @@ def run_validation(settings, corpora: list[str], out: Path, *, n: int = 300, see
         raise ValueError(f"--panel {panel!r}: choose from {', '.join(PANELS)}")
     out = Path(out)
     (out / "raw").mkdir(parents=True, exist_ok=True)
+    kinds = list(kinds or VALIDATE_KINDS)
     result = {"measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "panel": panel,
               "panel_configs": {k: {**_BASE, **v} for k, v in PANELS[panel].items()}, "n": n, "seed": seed,
-              "bootstrap": n_boot, "kinds": VALIDATE_KINDS, "corpora": {}}
+              "bootstrap": n_boot, "kinds": kinds, "corpora": {}}
+    entries = {entry_name(c, kinds): c for c in corpora}
     prev = out / "validate.json"
     if prev.is_file():
         old = json.loads(prev.read_text(encoding="utf-8"))
-        result["corpora"] = {c: v for c, v in old.get("corpora", {}).items() if c not in corpora}
-    for corpus in corpora:
-        rawf = out / "raw" / f"{corpus}.json"
+        result["corpora"] = {c: v for c, v in old.get("corpora", {}).items() if c not in entries}
+    for entry, corpus in entries.items():
+        rawf = out / "raw" / f"{entry}.json"
         key = {"panel": panel, "n": n, "seed": seed, "configs": result["panel_configs"]}
+        if kinds != VALIDATE_KINDS:
+            key["kinds"] = kinds
         raw = json.loads(rawf.read_text(encoding="utf-8")) if rawf.is_file() else None
         if raw is None or raw.get("key") != key:
-            raw = run_corpus(settings, corpus, out, n=n, seed=seed, panel=PANELS[panel], progress=progress)
+            raw = run_corpus(settings, corpus, out, n=n, seed=seed, panel=PANELS[panel], kinds=kinds,
+                             progress=progress)
             raw["key"] = key
             rawf.write_text(json.dumps(raw), encoding="utf-8")
-        summary = {**{k: v for k, v in raw.items() if k not in ("scores", "gen_kind", "key")}, "panel": panel}
-        result["corpora"][corpus] = {**summary, **analyse(raw, n_boot=n_boot, seed=seed)}
+        summary = {**{k: v for k, v in raw.items() if k not in ("scores", "gen_kind", "key")}, "panel": panel,
+                   "panel_configs": {k: {**_BASE, **v} for k, v in PANELS[panel].items()},
+                   "kinds": raw.get("kinds", VALIDATE_KINDS), "n": n, "seed": seed, "bootstrap": n_boot}
+        result["corpora"][entry] = {**summary, **analyse(raw, n_boot=n_boot, seed=seed)}
     prev.write_text(json.dumps(result, indent=2), encoding="utf-8")
     (out / "validate.md").write_text(markdown(result), encoding="utf-8")
     return result
@@ -247,8 +286,9 @@ def summary_lines(result: dict) -> list[str]:
 
 def markdown(result: dict) -> str:
     lines = ["# Generated vs human evalsets: do they rank retrieval configurations alike?", "",
-             f"Measured {result['measured_at']} (last run: panel `{result['panel']}`), {result['n']} generated questions per corpus (kinds {', '.join(result['kinds'])}), "
-             f"seed {result['seed']}, {result['bootstrap']} bootstrap resamples over questions.", "",
+             f"Last run {result['measured_at']} (panel `{result['panel']}`, {result['n']} generated questions, kinds "
+             f"{', '.join(result['kinds'])}, seed {result['seed']}, {result['bootstrap']} bootstrap resamples over "
+             "questions); each corpus below says its own.", "",
              "| corpus | panel | human q | generated q | " + " | ".join(f"tau {m} [95% CI]" for m in METRICS) + " |",
              "|---|---|---|---|" + "---|" * len(METRICS)]
     for corpus, r in result["corpora"].items():
@@ -256,8 +296,11 @@ def markdown(result: dict) -> str:
             f"{_f(r['metrics'][m]['tau'], 2)} [{_f(r['metrics'][m]['ci95'][0], 2)}, {_f(r['metrics'][m]['ci95'][1], 2)}]"
             for m in METRICS) + " |")
     for corpus, r in result["corpora"].items():
+        llm = r.get("llm")
         lines += ["", f"## {corpus}", "", f"Human set `{r['human_set']}`; generated `{r['generated_set']}` "
-                  f"({r['seconds']} s).", "", "Generation: " + "; ".join(
+                  f"({r['seconds']} s); kinds {', '.join(r.get('kinds', VALIDATE_KINDS))}"
+                  + (f"; LLM `{llm['identity']['llm']}` ({llm['structured']})" if llm else "") + ".", "",
+                  "Generation: " + "; ".join(
                       f"{k} kept {v['kept']}/{v['made']} (overlap {_f(v['mean_word_overlap'], 2)}, unreachable "
                       f"{v['unreachable_gold_flagged']})" for k, v in r["generation"].items()), ""]
         for m, v in r["metrics"].items():
