@@ -19,8 +19,21 @@ How mem0 (mem0ai 2.2.x) is wired, all offline:
 * **LLM** - mem0 builds an LLM at construction even when it never calls it (its default
   provider, OpenAI, fails without a key). An ``LLMBase`` adapter over an adiyan LLM is
   registered as provider ``"adiyan"``; the LLM itself is loaded only when consolidation
-  (``infer=True``) is on. With ``infer=False`` (the default: the embedded smollm2 cannot
-  consolidate) mem0 stores each message verbatim and nothing calls an LLM.
+  (``infer=True``) is on. With ``infer=False`` (the default unless the LLM is capable, see
+  :func:`resolve_infer`) mem0 stores each message verbatim and nothing calls an LLM.
+* **Consolidation** (``infer=True``, ``memory.infer``): mem0 2.2 makes one LLM call per ``add``, its
+  additive extraction (ADD only: 2.2 has no UPDATE / DELETE decision in ``add``; a new fact is
+  deduplicated by hash against the ten most similar existing memories). mem0 asks for
+  ``response_format={"type": "json_object"}``; the adapter asks our LLM through
+  :func:`adiyan.models.structured.chat_json` with :data:`MEM0_FACTS_SCHEMA` (mem0's own output
+  format), so the reply is held by the backend's mechanism (llama.cpp grammar, ``response_format``
+  json_schema / json_object on an OpenAI-compatible server, Ollama ``format``), validated and
+  counted (:class:`ConsolidationStats`, ``Memory.consolidation_stats()``). mem0 writes *today's*
+  date as the observation date of every message; the adapter writes the statement's
+  ``created_at`` date instead (both date sections), so a replayed conversation's "yesterday" is
+  resolved against its own time and the prompt, hence the cached reply, does not change daily.
+  Schema-valid replies are cached by prompt hash (``<cache_dir>/calls.sqlite``, namespace
+  ``mem0``) when the Memory is built from settings.
 * **Timestamps** - mem0 keeps ``created_at`` from the metadata when given, so replayed
   conversations carry their original times (stored as UTC ISO-8601).
 * **Scores** - mem0 2.x ranks by a hybrid of semantic, BM25 (needs fastembed) and entity
@@ -37,18 +50,22 @@ it returns the top k by similarity.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
+import re
 import threading
+import time
 import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .cache import embedder_identity
+from .cache import CallCache, embedder_identity
 from .models import embedder_from_settings, llm_from_settings
 from .models.base import ModelError
+from .models.structured import chat_json
 from .retrieval.recency import age_days, overfetch_size, parse_timestamp, rerank_by_recency, to_utc_iso
 from .store.base import CollectionMeta, EmbedderMismatchError, StoreError
 
@@ -59,6 +76,24 @@ PROVIDER = "adiyan"  # the name our adapters are registered under in mem0's fact
 _LIST_LIMIT = 100_000
 MIN_CONSOLIDATION_CONTEXT = 12_288  # tokens: mem0's extraction prompt (~8.6k) plus its JSON answer
 CONSOLIDATION_MAX_TOKENS = 1024  # mem0's JSON of extracted facts; llm.max_tokens is sized for answers
+# mem0 2.2's additive extraction reply ("# OUTPUT FORMAT" of mem0.configs.prompts.ADDITIVE_EXTRACTION_PROMPT):
+# {"memory": [{"id": "0", "text": ..., "attributed_to": "user" | "assistant"}]}. Its optional
+# "linked_memory_ids" is left out: mem0 2.2.1's add never reads it (entity links come from spaCy),
+# and a tiny model fills it with invented UUIDs. The bounds keep a grammar-held reply inside
+# CONSOLIDATION_MAX_TOKENS (8 facts of at most 300 characters).
+MEM0_FACTS_SCHEMA = {
+    "type": "object",
+    "properties": {"memory": {"type": "array", "maxItems": 8, "items": {
+        "type": "object",
+        "properties": {"id": {"type": "string", "minLength": 1, "maxLength": 3},
+                       "text": {"type": "string", "minLength": 1, "maxLength": 300},
+                       "attributed_to": {"type": "string", "enum": ["user", "assistant"]}},
+        "required": ["id", "text", "attributed_to"], "additionalProperties": False}}},
+    "required": ["memory"], "additionalProperties": False,
+}
+_ANY_OBJECT = {"type": "object"}  # a JSON reply mem0 asks for that is not the extraction (none in 2.2.1)
+_EXTRACTION_MARK = "## New Messages"  # the extraction's user prompt (generate_additive_extraction_prompt)
+_DATE_SECTION = re.compile(r"(## (?:Observation|Current) Date\n)\S+")
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +127,46 @@ class MemoryRecord:
 
 
 # -- consolidation capability ---------------------------------------------------------------
+
+@dataclass
+class ConsolidationStats:
+    """What mem0's consolidation cost and produced, over one Memory's life (all kinds)."""
+
+    calls: int = 0  # LLM calls made (cache hits not included)
+    cached: int = 0  # replies replayed from the call cache
+    seconds: float = 0.0  # wall time of the calls made
+    ok: int = 0  # replies valid under MEM0_FACTS_SCHEMA (made or cached)
+    failures: int = 0  # replies not JSON or not schema-valid: mem0 stores nothing for them
+    facts: int = 0  # facts in the valid replies (mem0 may drop duplicates of existing memories)
+    empty: int = 0  # valid replies with no fact: nothing stored for that message
+    by_mode: dict = field(default_factory=dict)  # structured mechanism -> replies
+
+    def as_dict(self) -> dict:
+        return {"calls": self.calls, "cached": self.cached, "seconds": round(self.seconds, 3), "ok": self.ok,
+                "failures": self.failures, "facts": self.facts, "empty": self.empty, "by_mode": dict(self.by_mode)}
+
+
+def resolve_infer(settings, llm=None, infer: bool | None = None) -> bool:
+    """Whether a Memory built from ``settings`` consolidates: ``infer`` when given, else
+    ``memory.infer`` when set, else whether the LLM (``llm`` or ``settings.llm``) is capable."""
+    if infer is None:
+        infer = getattr(settings.memory, "infer", None)
+    if infer is None:
+        if llm is not None:
+            return consolidation_capable(getattr(llm, "id", None), getattr(llm, "context_size", None))
+        return consolidation_capable(settings.llm.name, settings.llm.context_size)
+    return bool(infer)
+
+
+def consolidation_identity(settings) -> dict:
+    """What a store built with consolidation depends on besides its data (for a build key):
+    the LLM as configured and mem0's version."""
+    import importlib.metadata
+
+    lc = settings.llm
+    return {"llm": lc.name, "url": lc.url, "model": lc.model, "structured": lc.structured,
+            "temperature": lc.temperature, "seed": lc.seed, "context_size": lc.context_size,
+            "mem0": importlib.metadata.version("mem0ai"), "schema": MEM0_FACTS_SCHEMA}
 
 def consolidation_capable(llm_name: str | None, context_size: int | None = None) -> bool:
     """Whether an LLM can run mem0's fact consolidation (``infer=True``).
@@ -177,20 +252,70 @@ def _import_mem0(home: Path):
                 super().__init__(config)
                 self._source = self.config.model
                 self._llm = None
+                # set by the owning Memory after construction
+                self.stats = ConsolidationStats()
+                self.cache: CallCache | None = None
+                self.observation_date: str | None = None  # the date of the statement being added
 
             def _validate_config(self):
                 pass
 
-            def generate_response(self, messages, tools=None, tool_choice="auto", **kwargs):
-                if tools:
-                    raise NotImplementedError("adiyan LLMs do not do tool calls for mem0")
+            def _model(self):
                 if self._llm is None:
                     if self._source is None:
                         raise RuntimeError("memory consolidation (infer=True) needs an LLM; none is configured")
                     self._llm = self._source() if callable(self._source) and not hasattr(self._source, "chat") \
                         else self._source
+                return self._llm
+
+            def generate_response(self, messages, tools=None, tool_choice="auto", response_format=None, **kwargs):
+                if tools:
+                    raise NotImplementedError("adiyan LLMs do not do tool calls for mem0")
+                llm = self._model()
                 msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
-                return self._llm.chat(msgs, max_tokens=CONSOLIDATION_MAX_TOKENS).text
+                if self.observation_date:  # the statement's own date, not today's (module docstring)
+                    msgs = [{**m, "content": _DATE_SECTION.sub(lambda mm: mm.group(1) + self.observation_date,
+                                                               m["content"])} for m in msgs]
+                if not (isinstance(response_format, dict) and response_format.get("type") in ("json_object",
+                                                                                               "json_schema")):
+                    return llm.chat(msgs, max_tokens=CONSOLIDATION_MAX_TOKENS).text
+                extraction = any(_EXTRACTION_MARK in m["content"] for m in msgs)
+                return self._structured(llm, msgs, MEM0_FACTS_SCHEMA if extraction else _ANY_OBJECT)
+
+            def _structured(self, llm, msgs, schema) -> str:
+                """mem0's JSON call through chat_json: held by the backend, validated, counted, cached."""
+                st, key = self.stats, None
+                if self.cache is not None:
+                    key = self.cache.key({"llm": llm.id, "structured": getattr(llm, "structured", "auto"),
+                                          "messages": msgs, "schema": schema, "max_tokens": CONSOLIDATION_MAX_TOKENS})
+                    hit = self.cache.get(key)
+                    if hit is not None:
+                        st.cached += 1
+                        self._count(hit["value"], hit["mode"])
+                        return json.dumps(hit["value"])
+                t0 = time.perf_counter()
+                reply = chat_json(llm, msgs, schema, name="mem0_facts", max_tokens=CONSOLIDATION_MAX_TOKENS)
+                st.calls += 1
+                st.seconds += time.perf_counter() - t0
+                if not reply.ok:
+                    st.failures += 1
+                    st.by_mode[reply.mode] = st.by_mode.get(reply.mode, 0) + 1
+                    log.warning("mem0 consolidation: reply not valid (%s: %s); nothing stored for this message",
+                                reply.status, reply.error)
+                    # never half-read: mem0 would store any object with a "text" it finds in it
+                    return json.dumps({"memory": []})
+                self._count(reply.value, reply.mode)
+                if key is not None:
+                    self.cache.put(key, {"value": reply.value, "mode": reply.mode})
+                return json.dumps(reply.value)
+
+            def _count(self, value: dict, mode: str) -> None:
+                st = self.stats
+                st.ok += 1
+                st.by_mode[mode] = st.by_mode.get(mode, 0) + 1
+                n = len(value.get("memory") or []) if isinstance(value, dict) else 0
+                st.facts += n
+                st.empty += int(n == 0)
 
         # mem0's factories load providers by dotted path: expose the classes on this module.
         globals()["AdiyanMem0Embedding"] = AdiyanEmbedding
@@ -225,9 +350,11 @@ class Memory:
     def __init__(self, embedder, *, path: str | os.PathLike | None = None, url: str | None = None,
                  api_key: str | None = None, history_dir: str | os.PathLike, collection_prefix: str = "adiyan_",
                  llm: Any = None, infer: bool = False, half_life_days: float = 14.0, overfetch_factor: int = 3, default_k: int = DEFAULT_TOP_K,
-                 overfetch_min: int = 10, recency: bool = True, mem0_home: str | os.PathLike = ".cache/adiyan/mem0"):
+                 overfetch_min: int = 10, recency: bool = True, mem0_home: str | os.PathLike = ".cache/adiyan/mem0",
+                 call_cache: CallCache | None = None):
         """``path`` (local Qdrant folder) or ``url`` (Qdrant server); ``llm`` an adiyan LLM or a
-        zero-argument loader, used only when ``infer`` is on."""
+        zero-argument loader, used only when ``infer`` is on; ``call_cache`` keeps its schema-valid
+        consolidation replies by prompt hash."""
         if (path is None) == (url is None):
             raise ValueError("Memory needs exactly one of path= (local Qdrant) or url= (Qdrant server)")
         if infer and llm is None:
@@ -242,6 +369,7 @@ class Memory:
         self.has_llm = llm is not None
         self.collection_prefix = collection_prefix
         self.where = url or str(path)
+        self._consolidation = ConsolidationStats()
         mem0 = _import_mem0(Path(mem0_home))
         from mem0.configs.base import MemoryConfig as Mem0Config  # heavy: mem0, after _import_mem0
         from mem0.embeddings.configs import EmbedderConfig as Mem0EmbedderConfig  # heavy: mem0
@@ -281,6 +409,9 @@ class Memory:
                     # which local mode ignores with a warning.
                     warnings.filterwarnings("ignore", message="Payload indexes have no effect in the local Qdrant")
                     self._mems[kind] = mem0.Memory(cfg)
+                adapter = self._mems[kind].llm
+                if hasattr(adapter, "observation_date"):  # our AdiyanLLM: one stats object for every kind
+                    adapter.stats, adapter.cache = self._consolidation, call_cache
                 self._stamp_model(name)
         except BaseException:
             self.close()
@@ -294,13 +425,13 @@ class Memory:
         if embedder is None:
             embedder = embedder_from_settings(settings)
         mc = settings.memory
-        if infer is None:
-            infer = getattr(mc, "infer", None)  # a memory.infer setting, when the config has one
-        if infer is None:
-            if llm is not None:
-                infer = consolidation_capable(getattr(llm, "id", None), getattr(llm, "context_size", None))
-            else:
-                infer = consolidation_capable(settings.llm.name, settings.llm.context_size)
+        explicit = getattr(mc, "infer", None) is True
+        infer = resolve_infer(settings, llm, infer)
+        window = getattr(llm, "context_size", None) if llm is not None else settings.llm.context_size
+        if infer and explicit and window is not None and window < MIN_CONSOLIDATION_CONTEXT:
+            raise ValueError(f"memory.infer=true: mem0's extraction prompt is ~8.6k tokens, so consolidation needs "
+                             f"llm.context_size >= {MIN_CONSOLIDATION_CONTEXT}; the LLM's window is {window} "
+                             f"(serve the model with a larger context and set llm.context_size, or memory.infer=false)")
         if infer and (getattr(llm, "generative", True) is False or (llm is None and settings.llm.name == "extractive"
                                                                      and not settings.llm.url)):
             raise ValueError("memory.infer=true (mem0 consolidation) needs a generative LLM and llm.name=extractive "
@@ -320,7 +451,8 @@ class Memory:
         return cls(embedder, **where, history_dir=data_dir / "memory", collection_prefix=sc.collection_prefix,
                    llm=llm_arg, infer=bool(infer), half_life_days=mc.half_life_days, default_k=mc.top_k,
                    overfetch_factor=mc.overfetch_factor, overfetch_min=mc.overfetch_min, recency=mc.recency,
-                   mem0_home=Path(settings.paths.cache_dir) / "mem0")
+                   mem0_home=Path(settings.paths.cache_dir) / "mem0",
+                   call_cache=CallCache(Path(settings.paths.cache_dir) / "calls.sqlite", "mem0") if infer else None)
 
     def collection(self, kind: str) -> str:
         if kind not in KINDS:
@@ -383,11 +515,17 @@ class Memory:
             raise ValueError("infer=True (mem0 consolidation) needs an LLM; this Memory has none")
         from mem0.exceptions import LLMError  # heavy: mem0 (already loaded by the constructor)
 
+        mem = self._mem(kind)
+        adapter = getattr(mem, "llm", None)
+        if hasattr(adapter, "observation_date"):
+            adapter.observation_date = meta["created_at"][:10]
         try:
-            out = self._mem(kind).add([{"role": role, "content": text}], user_id=user_id, metadata=meta,
-                                      infer=use_infer)
+            out = mem.add([{"role": role, "content": text}], user_id=user_id, metadata=meta, infer=use_infer)
         except LLMError as exc:
             raise ModelError(f"memory consolidation (infer=True) failed: {exc}") from exc
+        finally:
+            if hasattr(adapter, "observation_date"):
+                adapter.observation_date = None
         results = out.get("results", []) if isinstance(out, dict) else out
         return results[0]["id"] if results else None
 
@@ -446,6 +584,11 @@ class Memory:
 
     def count(self, user_id: str, kind: str = "conversation") -> int:
         return len(self.all(user_id, kind))
+
+    def consolidation_stats(self) -> dict:
+        """The consolidation calls so far (:class:`ConsolidationStats`), with the LLM's structured
+        mechanism; all zero when nothing consolidated."""
+        return self._consolidation.as_dict()
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
