@@ -21,19 +21,10 @@ How mem0 (mem0ai 2.2.x) is wired, all offline:
   registered as provider ``"adiyan"``; the LLM itself is loaded only when consolidation
   (``infer=True``) is on. With ``infer=False`` (the default unless the LLM is capable, see
   :func:`resolve_infer`) mem0 stores each message verbatim and nothing calls an LLM.
-* **Consolidation** (``infer=True``, ``memory.infer``): mem0 2.2 makes one LLM call per ``add``, its
-  additive extraction (ADD only: 2.2 has no UPDATE / DELETE decision in ``add``; a new fact is
-  deduplicated by hash against the ten most similar existing memories). mem0 asks for
-  ``response_format={"type": "json_object"}``; the adapter asks our LLM through
-  :func:`adiyan.models.structured.chat_json` with :data:`MEM0_FACTS_SCHEMA` (mem0's own output
-  format), so the reply is held by the backend's mechanism (llama.cpp grammar, ``response_format``
-  json_schema / json_object on an OpenAI-compatible server, Ollama ``format``), validated and
-  counted (:class:`ConsolidationStats`, ``Memory.consolidation_stats()``). mem0 writes *today's*
-  date as the observation date of every message; the adapter writes the statement's
-  ``created_at`` date instead (both date sections), so a replayed conversation's "yesterday" is
-  resolved against its own time and the prompt, hence the cached reply, does not change daily.
-  Schema-valid replies are cached by prompt hash (``<cache_dir>/calls.sqlite``, namespace
-  ``mem0``) when the Memory is built from settings.
+* **Consolidation** (``infer=True``, ``memory.infer``): mem0's extraction call goes through
+  :class:`adiyan.models.consolidation.Consolidator`: held to mem0's output schema by the backend's
+  own mechanism, validated, counted (``Memory.consolidation_stats()``), cached, and dated by the
+  statement's ``created_at`` instead of today (that module's docstring says why).
 * **Timestamps** - mem0 keeps ``created_at`` from the metadata when given, so replayed
   conversations carry their original times (stored as UTC ISO-8601).
 * **Scores** - mem0 2.x ranks by a hybrid of semantic, BM25 (needs fastembed) and entity
@@ -50,12 +41,9 @@ it returns the top k by similarity.
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
-import re
 import threading
-import time
 import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -65,7 +53,10 @@ from typing import Any
 from .cache import CallCache, embedder_identity
 from .models import embedder_from_settings, llm_from_settings
 from .models.base import ModelError
-from .models.structured import chat_json
+from .models.consolidation import (  # noqa: F401 - re-exported: the memory's consolidation names
+    CONSOLIDATION_MAX_TOKENS, MEM0_FACTS_SCHEMA, MIN_CONSOLIDATION_CONTEXT, ConsolidationStats, Consolidator,
+    consolidation_capable, consolidation_identity, resolve_infer,
+)
 from .retrieval.recency import age_days, overfetch_size, parse_timestamp, rerank_by_recency, to_utc_iso
 from .store.base import CollectionMeta, EmbedderMismatchError, StoreError
 
@@ -74,26 +65,6 @@ ROLES = ("user", "assistant")
 DEFAULT_TOP_K = 5
 PROVIDER = "adiyan"  # the name our adapters are registered under in mem0's factories
 _LIST_LIMIT = 100_000
-MIN_CONSOLIDATION_CONTEXT = 12_288  # tokens: mem0's extraction prompt (~8.6k) plus its JSON answer
-CONSOLIDATION_MAX_TOKENS = 1024  # mem0's JSON of extracted facts; llm.max_tokens is sized for answers
-# mem0 2.2's additive extraction reply ("# OUTPUT FORMAT" of mem0.configs.prompts.ADDITIVE_EXTRACTION_PROMPT):
-# {"memory": [{"id": "0", "text": ..., "attributed_to": "user" | "assistant"}]}. Its optional
-# "linked_memory_ids" is left out: mem0 2.2.1's add never reads it (entity links come from spaCy),
-# and a tiny model fills it with invented UUIDs. The bounds keep a grammar-held reply inside
-# CONSOLIDATION_MAX_TOKENS (8 facts of at most 300 characters).
-MEM0_FACTS_SCHEMA = {
-    "type": "object",
-    "properties": {"memory": {"type": "array", "maxItems": 8, "items": {
-        "type": "object",
-        "properties": {"id": {"type": "string", "minLength": 1, "maxLength": 3},
-                       "text": {"type": "string", "minLength": 1, "maxLength": 300},
-                       "attributed_to": {"type": "string", "enum": ["user", "assistant"]}},
-        "required": ["id", "text", "attributed_to"], "additionalProperties": False}}},
-    "required": ["memory"], "additionalProperties": False,
-}
-_ANY_OBJECT = {"type": "object"}  # a JSON reply mem0 asks for that is not the extraction (none in 2.2.1)
-_EXTRACTION_MARK = "## New Messages"  # the extraction's user prompt (generate_additive_extraction_prompt)
-_DATE_SECTION = re.compile(r"(## (?:Observation|Current) Date\n)\S+")
 
 log = logging.getLogger(__name__)
 
@@ -127,59 +98,6 @@ class MemoryRecord:
 
 
 # -- consolidation capability ---------------------------------------------------------------
-
-@dataclass
-class ConsolidationStats:
-    """What mem0's consolidation cost and produced, over one Memory's life (all kinds)."""
-
-    calls: int = 0  # LLM calls made (cache hits not included)
-    cached: int = 0  # replies replayed from the call cache
-    seconds: float = 0.0  # wall time of the calls made
-    ok: int = 0  # replies valid under MEM0_FACTS_SCHEMA (made or cached)
-    failures: int = 0  # replies not JSON or not schema-valid: mem0 stores nothing for them
-    facts: int = 0  # facts in the valid replies (mem0 may drop duplicates of existing memories)
-    empty: int = 0  # valid replies with no fact: nothing stored for that message
-    by_mode: dict = field(default_factory=dict)  # structured mechanism -> replies
-
-    def as_dict(self) -> dict:
-        return {"calls": self.calls, "cached": self.cached, "seconds": round(self.seconds, 3), "ok": self.ok,
-                "failures": self.failures, "facts": self.facts, "empty": self.empty, "by_mode": dict(self.by_mode)}
-
-
-def resolve_infer(settings, llm=None, infer: bool | None = None) -> bool:
-    """Whether a Memory built from ``settings`` consolidates: ``infer`` when given, else
-    ``memory.infer`` when set, else whether the LLM (``llm`` or ``settings.llm``) is capable."""
-    if infer is None:
-        infer = getattr(settings.memory, "infer", None)
-    if infer is None:
-        if llm is not None:
-            return consolidation_capable(getattr(llm, "id", None), getattr(llm, "context_size", None))
-        return consolidation_capable(settings.llm.name, settings.llm.context_size)
-    return bool(infer)
-
-
-def consolidation_identity(settings) -> dict:
-    """What a store built with consolidation depends on besides its data (for a build key):
-    the LLM as configured and mem0's version."""
-    import importlib.metadata
-
-    lc = settings.llm
-    return {"llm": lc.name, "url": lc.url, "model": lc.model, "structured": lc.structured,
-            "temperature": lc.temperature, "seed": lc.seed, "context_size": lc.context_size,
-            "mem0": importlib.metadata.version("mem0ai"), "schema": MEM0_FACTS_SCHEMA}
-
-def consolidation_capable(llm_name: str | None, context_size: int | None = None) -> bool:
-    """Whether an LLM can run mem0's fact consolidation (``infer=True``).
-
-    mem0 2.2's extraction prompt alone is ~8.6k tokens, so the model needs a context of at
-    least :data:`MIN_CONSOLIDATION_CONTEXT`; and the embedded models (smollm2, a local GGUF)
-    are too small to return its JSON reliably. Models behind an Ollama or OpenAI-compatible
-    server with a large enough ``llm.context_size`` are taken to be capable.
-    """
-    if not llm_name or not llm_name.startswith(("ollama:", "openai-compatible")):
-        return False
-    return context_size is None or context_size >= MIN_CONSOLIDATION_CONTEXT
-
 
 # -- mem0, imported lazily and offline -------------------------------------------------------
 
@@ -252,10 +170,7 @@ def _import_mem0(home: Path):
                 super().__init__(config)
                 self._source = self.config.model
                 self._llm = None
-                # set by the owning Memory after construction
-                self.stats = ConsolidationStats()
-                self.cache: CallCache | None = None
-                self.observation_date: str | None = None  # the date of the statement being added
+                self.consolidator = Consolidator()  # the owning Memory puts its own in
 
             def _validate_config(self):
                 pass
@@ -271,51 +186,7 @@ def _import_mem0(home: Path):
             def generate_response(self, messages, tools=None, tool_choice="auto", response_format=None, **kwargs):
                 if tools:
                     raise NotImplementedError("adiyan LLMs do not do tool calls for mem0")
-                llm = self._model()
-                msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
-                if self.observation_date:  # the statement's own date, not today's (module docstring)
-                    msgs = [{**m, "content": _DATE_SECTION.sub(lambda mm: mm.group(1) + self.observation_date,
-                                                               m["content"])} for m in msgs]
-                if not (isinstance(response_format, dict) and response_format.get("type") in ("json_object",
-                                                                                               "json_schema")):
-                    return llm.chat(msgs, max_tokens=CONSOLIDATION_MAX_TOKENS).text
-                extraction = any(_EXTRACTION_MARK in m["content"] for m in msgs)
-                return self._structured(llm, msgs, MEM0_FACTS_SCHEMA if extraction else _ANY_OBJECT)
-
-            def _structured(self, llm, msgs, schema) -> str:
-                """mem0's JSON call through chat_json: held by the backend, validated, counted, cached."""
-                st, key = self.stats, None
-                if self.cache is not None:
-                    key = self.cache.key({"llm": llm.id, "structured": getattr(llm, "structured", "auto"),
-                                          "messages": msgs, "schema": schema, "max_tokens": CONSOLIDATION_MAX_TOKENS})
-                    hit = self.cache.get(key)
-                    if hit is not None:
-                        st.cached += 1
-                        self._count(hit["value"], hit["mode"])
-                        return json.dumps(hit["value"])
-                t0 = time.perf_counter()
-                reply = chat_json(llm, msgs, schema, name="mem0_facts", max_tokens=CONSOLIDATION_MAX_TOKENS)
-                st.calls += 1
-                st.seconds += time.perf_counter() - t0
-                if not reply.ok:
-                    st.failures += 1
-                    st.by_mode[reply.mode] = st.by_mode.get(reply.mode, 0) + 1
-                    log.warning("mem0 consolidation: reply not valid (%s: %s); nothing stored for this message",
-                                reply.status, reply.error)
-                    # never half-read: mem0 would store any object with a "text" it finds in it
-                    return json.dumps({"memory": []})
-                self._count(reply.value, reply.mode)
-                if key is not None:
-                    self.cache.put(key, {"value": reply.value, "mode": reply.mode})
-                return json.dumps(reply.value)
-
-            def _count(self, value: dict, mode: str) -> None:
-                st = self.stats
-                st.ok += 1
-                st.by_mode[mode] = st.by_mode.get(mode, 0) + 1
-                n = len(value.get("memory") or []) if isinstance(value, dict) else 0
-                st.facts += n
-                st.empty += int(n == 0)
+                return self.consolidator.reply(self._model(), messages, response_format)
 
         # mem0's factories load providers by dotted path: expose the classes on this module.
         globals()["AdiyanMem0Embedding"] = AdiyanEmbedding
@@ -369,7 +240,7 @@ class Memory:
         self.has_llm = llm is not None
         self.collection_prefix = collection_prefix
         self.where = url or str(path)
-        self._consolidation = ConsolidationStats()
+        self._consolidator = Consolidator(call_cache)
         mem0 = _import_mem0(Path(mem0_home))
         from mem0.configs.base import MemoryConfig as Mem0Config  # heavy: mem0, after _import_mem0
         from mem0.embeddings.configs import EmbedderConfig as Mem0EmbedderConfig  # heavy: mem0
@@ -410,8 +281,8 @@ class Memory:
                     warnings.filterwarnings("ignore", message="Payload indexes have no effect in the local Qdrant")
                     self._mems[kind] = mem0.Memory(cfg)
                 adapter = self._mems[kind].llm
-                if hasattr(adapter, "observation_date"):  # our AdiyanLLM: one stats object for every kind
-                    adapter.stats, adapter.cache = self._consolidation, call_cache
+                if hasattr(adapter, "consolidator"):  # our AdiyanLLM: one consolidator for every kind
+                    adapter.consolidator = self._consolidator
                 self._stamp_model(name)
         except BaseException:
             self.close()
@@ -515,17 +386,14 @@ class Memory:
             raise ValueError("infer=True (mem0 consolidation) needs an LLM; this Memory has none")
         from mem0.exceptions import LLMError  # heavy: mem0 (already loaded by the constructor)
 
-        mem = self._mem(kind)
-        adapter = getattr(mem, "llm", None)
-        if hasattr(adapter, "observation_date"):
-            adapter.observation_date = meta["created_at"][:10]
+        self._consolidator.observation_date = meta["created_at"][:10]
         try:
-            out = mem.add([{"role": role, "content": text}], user_id=user_id, metadata=meta, infer=use_infer)
+            out = self._mem(kind).add([{"role": role, "content": text}], user_id=user_id, metadata=meta,
+                                      infer=use_infer)
         except LLMError as exc:
             raise ModelError(f"memory consolidation (infer=True) failed: {exc}") from exc
         finally:
-            if hasattr(adapter, "observation_date"):
-                adapter.observation_date = None
+            self._consolidator.observation_date = None
         results = out.get("results", []) if isinstance(out, dict) else out
         return results[0]["id"] if results else None
 
@@ -588,7 +456,7 @@ class Memory:
     def consolidation_stats(self) -> dict:
         """The consolidation calls so far (:class:`ConsolidationStats`), with the LLM's structured
         mechanism; all zero when nothing consolidated."""
-        return self._consolidation.as_dict()
+        return self._consolidator.stats.as_dict()
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:

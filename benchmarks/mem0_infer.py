@@ -121,7 +121,7 @@ def memory_evalset_part(base, embedder) -> dict:
         res = evaluate_memory(s, evalset=es)
         out["infer" if infer else "verbatim"] = {"metrics": res.metrics, "info": res.info,
                                                  "seconds": round(time.perf_counter() - t0, 1),
-                                                 "rows": res.rows}
+                                                 "rows": res.per_question}
     out["stored"] = what_is_stored(base.with_overrides({"memory.infer": True}), es, embedder)
     return out
 
