@@ -5,7 +5,8 @@ reaches against ``infer=False`` on the same data, and what it costs (calls, seco
 the product code: :func:`adiyan.experiments.memory.evaluate_memory` on the memory evalset
 (``evalsets/memory``: hit@1 / MRR of the expected memory, each stored fact carrying its source
 memory's id) and :func:`adiyan.eval.locomo.run.evaluate` (path ``memory_similarity``: evidence
-recall@k, each fact carrying its turn's ``dia_id``) on ONE LoCoMo conversation.
+recall@k, each fact carrying its turn's ``dia_id``) on ONE LoCoMo conversation (by default its first three sessions: each
+consolidated turn is one LLM call, ~1.5 min each for SmolLM2 on a loaded 2-core machine).
 
 The LLM: mem0's extraction call goes through ``adiyan.memory``'s adapter to
 ``openai-compatible:URL``, i.e. ``response_format`` json_schema, refused by llama-cpp-python's
@@ -126,13 +127,35 @@ def memory_evalset_part(base, embedder) -> dict:
     return out
 
 
-def locomo_part(base, embedder, conversation: str, data: Path) -> dict:
+def first_sessions(ls, n: int | None):
+    """The conversation cut to its first ``n`` sessions, with the questions whose evidence lies
+    wholly in them (a sample: every consolidated turn is one LLM call); all when None."""
+    import dataclasses
+    import hashlib
+
+    if n is None:
+        return ls
+    convs = []
+    for c in ls.conversations:
+        turns = [t for t in c.turns if t.session <= n]
+        ids = {t.dia_id for t in turns}
+        qs = [q for q in c.questions if q.evidence and all(e in ids for e in q.evidence)]
+        convs.append(dataclasses.replace(c, turns=turns, questions=qs,
+                                         session_times={k: v for k, v in c.session_times.items() if k <= n}))
+    sha = hashlib.sha256(f"{ls.sha256}#first-{n}-sessions".encode()).hexdigest()
+    return dataclasses.replace(ls, conversations=convs, sha256=sha)
+
+
+def locomo_part(base, embedder, conversation: str, data: Path, sessions: int | None) -> dict:
     from adiyan.eval.locomo.data import load_locomo
     from adiyan.eval.locomo.run import evaluate
     from adiyan.eval.locomo.paths import memory_store
 
-    ls = load_locomo(data).select([conversation])
-    out = {"conversation": conversation, "turns": len(ls.turns()), "questions": len(ls.questions())}
+    full = load_locomo(data).select([conversation])
+    ls = first_sessions(full, sessions)
+    out = {"conversation": conversation, "sessions": sessions, "turns": len(ls.turns()),
+           "questions": len(ls.questions()), "conversation_turns": len(full.turns()),
+           "conversation_questions": len(full.questions())}
     for infer in (False, True):
         s = base.with_overrides({"memory.infer": infer, "eval.locomo_conversations": [conversation]})
         t0 = time.perf_counter()
@@ -169,6 +192,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--conversation", default="conv-30", help="the LoCoMo conversation (conv-30: the shortest, "
                     "369 turns, 105 questions)")
+    ap.add_argument("--sessions", type=int, default=3, help="its first N sessions and the questions whose evidence "
+                    "lies in them (conv-30, 3: 58 turns, 33 questions); 0 = the whole conversation")
     ap.add_argument("--locomo", default=None, help="LoCoMo file (default <datasets>/locomo/locomo8.json)")
     ap.add_argument("--skip-locomo", action="store_true")
     ap.add_argument("--data-dir", default=str(ROOT / "data" / "bench_mem0_infer"))
@@ -183,6 +208,7 @@ def main(argv=None) -> int:
 
     proc, server = None, None
     t_all = time.perf_counter()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the server we started (finally below)
     try:
         if a.url:
             url = a.url
@@ -201,7 +227,7 @@ def main(argv=None) -> int:
         write_json(result, a.out)
         if not a.skip_locomo:
             data = Path(a.locomo) if a.locomo else Path(base.paths.datasets_dir) / "locomo" / "locomo8.json"
-            result["locomo"] = locomo_part(base, embedder, a.conversation, data)
+            result["locomo"] = locomo_part(base, embedder, a.conversation, data, a.sessions or None)
         llm = load_llm(base.llm.name, url=base.llm.url, model=base.llm.model, context_size=base.llm.context_size,
                        temperature=base.llm.temperature, max_tokens=base.llm.max_tokens, seed=base.llm.seed,
                        timeout_s=base.llm.timeout_s, structured=base.llm.structured)
