@@ -119,3 +119,42 @@ def test_memory_infer_is_refused_by_name_when_the_window_cannot_hold_mem0s_promp
     s = make_settings(**{"memory.infer": True, "llm.name": "smollm2"})  # 2,048 tokens; mem0's prompt is ~8.6k
     with pytest.raises(ValueError, match=r"memory.infer=true.*llm.context_size >= 12288.*window is 2048"):
         Memory.from_settings(s, embedder=minilm)
+
+
+class EchoFactsLLM(FactsLLM):
+    """Test double for control flow only: extracts one "fact" per message, the message itself
+    prefixed, so what was stored can be traced to the message it came from."""
+
+    def chat_structured(self, messages, schema, *, name="reply", max_tokens=None, temperature=None):
+        user = messages[-1]["content"]
+        new = user.split("## New Messages\n", 1)[1].split("\n\n## ", 1)[0].strip()
+        text = "Fact: " + new.split(": ", 1)[-1]
+        self.calls.append(new)
+        return Completion(json.dumps({"memory": [{"id": "0", "text": text[:300], "attributed_to": "user"}]}))
+
+
+def test_the_memory_experiment_honours_memory_infer(make_settings, monkeypatch):
+    """memory.infer=true reaches the memory experiment's store (it used to be built verbatim
+    whatever the setting): a store of its own, built through the consolidation, each fact
+    keeping its source memory's id, the cost in the run's info."""
+    import adiyan.memory as memory_module
+    from adiyan.experiments import memory as X
+
+    double = EchoFactsLLM(None)
+    monkeypatch.setattr(memory_module, "llm_from_settings", lambda settings: double)
+    es = X.memory_evalset()
+    server = {"llm.name": "openai-compatible:http://127.0.0.1:9/v1", "llm.model": "m", "llm.context_size": 12288,
+              "retrieval.use_calibrated_floors": True}  # the default: the memory experiment refuses retrieval.*
+    verbatim = X.evaluate_memory(make_settings(**server, **{"memory.infer": False}), evalset=es)
+    infer = X.evaluate_memory(make_settings(**server, **{"memory.infer": True}), evalset=es)
+    assert verbatim.info["infer"] is False and "consolidation" not in verbatim.info and double.calls == []
+    assert infer.info["infer"] is True and len(double.calls) == len(es.memories)
+    c = infer.info["consolidation"]
+    assert (c["calls"], c["ok"], c["failures"], c["facts"]) == (len(es.memories), len(es.memories), 0, len(es.memories))
+    assert infer.info["stored"] == len(es.memories) == verbatim.info["stored"]
+    mem = X.memory_store(make_settings(**server, **{"memory.infer": True}), es, X.open_embedder(make_settings()))
+    texts = {r.metadata["eval_id"]: r.text for u in ("mira", "tomas", "office") for r in mem.all(u)}
+    src = {m["id"]: m["text"] for m in es.memories}
+    assert texts == {k: ("Fact: " + v)[:300] for k, v in src.items()}  # stored facts, each under its source's id
+    # the experiment's ranking is over source ids: the consolidated facts rank their sources
+    assert 0 <= infer.metrics["hit@1"] <= 1 and [r["qid"] for r in infer.per_question] == [q["qid"] for q in es.questions]
