@@ -133,6 +133,7 @@ class EchoFactsLLM(FactsLLM):
         return Completion(json.dumps({"memory": [{"id": "0", "text": text[:300], "attributed_to": "user"}]}))
 
 
+@pytest.mark.slow  # 124 mem0 adds: ~2 min on an idle machine, 17 min at a load average of 25
 def test_the_memory_experiment_honours_memory_infer(make_settings, monkeypatch):
     """memory.infer=true reaches the memory experiment's store (it used to be built verbatim
     whatever the setting): a store of its own, built through the consolidation, each fact
@@ -146,8 +147,8 @@ def test_the_memory_experiment_honours_memory_infer(make_settings, monkeypatch):
     server = {"llm.name": "openai-compatible:http://127.0.0.1:9/v1", "llm.model": "m", "llm.context_size": 12288,
               "retrieval.use_calibrated_floors": True}  # the default: the memory experiment refuses retrieval.*
     verbatim = X.evaluate_memory(make_settings(**server, **{"memory.infer": False}), evalset=es)
-    infer = X.evaluate_memory(make_settings(**server, **{"memory.infer": True}), evalset=es)
     assert verbatim.info["infer"] is False and "consolidation" not in verbatim.info and double.calls == []
+    infer = X.evaluate_memory(make_settings(**server, **{"memory.infer": True}), evalset=es)
     assert infer.info["infer"] is True and len(double.calls) == len(es.memories)
     c = infer.info["consolidation"]
     assert (c["calls"], c["ok"], c["failures"], c["facts"]) == (len(es.memories), len(es.memories), 0, len(es.memories))
