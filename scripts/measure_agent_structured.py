@@ -35,9 +35,9 @@ from adiyan.models.structured import describe_structured
 COUNTS = ("decisions_schema_valid", "decisions_parsed", "decisions_model", "decisions_differ", "decisions_differ_tool")
 
 
-def measure(settings, n: int | None, progress_out: Path | None = None) -> dict:
+def measure(settings, n: int | None, progress_out: Path | None = None, ids: list[str] | None = None) -> dict:
     """The agent on ``n`` questions with gold sources of ``settings.eval.evalset``, spread evenly over
-    the set (all when None)."""
+    the set (all when None), or on the questions ``ids``."""
     index = open_index(settings)
     out_rows = []
     try:
@@ -49,6 +49,11 @@ def measure(settings, n: int | None, progress_out: Path | None = None) -> dict:
         gold = [r for r in qr.rows if r["hit"] is not None]
         # n questions spread evenly over the set (its kinds come in blocks), all when n is None
         rows = gold if n is None or n >= len(gold) else [gold[i * len(gold) // n] for i in range(n)]
+        if ids:
+            unknown = sorted(set(ids) - {r["id"] for r in gold})
+            if unknown:
+                raise SystemExit(f"{settings.eval.evalset}: no question with gold sources {unknown}")
+            rows = [r for r in gold if r["id"] in set(ids)]
         for r in rows:
             t0 = time.perf_counter()
             single = answer_question(llm, r["question"], qr.results[r["id"]].chunks, settings, cache=cache)
@@ -97,9 +102,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--set", action="append", default=[], dest="overrides")
     ap.add_argument("--n", type=int, default=4, help="questions (with gold sources, spread evenly) of eval.evalset")
-    ap.add_argument("--evalset", action="append", default=[], metavar="NAME[:N]",
-                    help="evalsets/NAME, N of its questions with gold sources spread evenly (all without :N); repeatable, "
-                         "replaces eval.evalset and --n")
+    ap.add_argument("--evalset", action="append", default=[], metavar="NAME[:N|=ID,ID...]",
+                    help="evalsets/NAME, N of its questions with gold sources spread evenly (all without :N), or "
+                         "the questions named after '='; repeatable, replaces eval.evalset and --n")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     settings = load_settings(None, parse_set(args.overrides))
@@ -112,9 +117,11 @@ def main() -> int:
     result = {"settings": {"llm": settings.llm.name, "max_steps": settings.agent.max_steps,
                            "temperature": settings.llm.temperature}, "evalsets": {}}
     for spec in args.evalset:
-        name, _, n = spec.partition(":")
+        name, _, ids = spec.partition("=")
+        name, _, n = name.partition(":")
         s = settings.with_overrides({"eval.evalset": f"evalsets/{name}"})
-        result["evalsets"][name] = measure(s, int(n) if n else None, out.with_suffix(f".{name}.partial.json"))
+        result["evalsets"][name] = measure(s, int(n) if n else None, out.with_suffix(f".{name}.partial.json"),
+                                           ids=[i for i in ids.split(",") if i] or None)
         out.write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
         print(name, json.dumps(result["evalsets"][name]["summary"]), flush=True)
     return 0
