@@ -188,7 +188,9 @@ class MemoryConfig(_Section):
     overfetch_min: int = Field(10, ge=1)
     recency: bool = True
     top_k: int = Field(5, ge=1)
-    # mem0 consolidation (infer=True) needs a capable LLM; None decides by the model's capability.
+    # mem0 consolidation (infer=True): mem0 stores the facts the LLM extracts (held to mem0's schema,
+    # adiyan/models/consolidation.py) instead of each message; needs llm.context_size >= 12288 (refused
+    # otherwise). None decides by the model's capability (a server model with that window).
     infer: bool | None = None
 
 

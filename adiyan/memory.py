@@ -19,8 +19,12 @@ How mem0 (mem0ai 2.2.x) is wired, all offline:
 * **LLM** - mem0 builds an LLM at construction even when it never calls it (its default
   provider, OpenAI, fails without a key). An ``LLMBase`` adapter over an adiyan LLM is
   registered as provider ``"adiyan"``; the LLM itself is loaded only when consolidation
-  (``infer=True``) is on. With ``infer=False`` (the default: the embedded smollm2 cannot
-  consolidate) mem0 stores each message verbatim and nothing calls an LLM.
+  (``infer=True``) is on. With ``infer=False`` (the default unless the LLM is capable, see
+  :func:`resolve_infer`) mem0 stores each message verbatim and nothing calls an LLM.
+* **Consolidation** (``infer=True``, ``memory.infer``): mem0's extraction call goes through
+  :class:`adiyan.models.consolidation.Consolidator`: held to mem0's output schema by the backend's
+  own mechanism, validated, counted (``Memory.consolidation_stats()``), cached, and dated by the
+  statement's ``created_at`` instead of today (that module's docstring says why).
 * **Timestamps** - mem0 keeps ``created_at`` from the metadata when given, so replayed
   conversations carry their original times (stored as UTC ISO-8601).
 * **Scores** - mem0 2.x ranks by a hybrid of semantic, BM25 (needs fastembed) and entity
@@ -46,9 +50,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .cache import embedder_identity
+from .cache import CallCache, embedder_identity
+from .cache import call_cache as make_call_cache
 from .models import embedder_from_settings, llm_from_settings
 from .models.base import ModelError
+from .models.consolidation import (  # noqa: F401 - re-exported: the memory's consolidation names
+    CONSOLIDATION_MAX_TOKENS, MEM0_FACTS_SCHEMA, MIN_CONSOLIDATION_CONTEXT, ConsolidationStats, Consolidator,
+    consolidation_capable, consolidation_identity, resolve_infer,
+)
 from .retrieval.recency import age_days, overfetch_size, parse_timestamp, rerank_by_recency, to_utc_iso
 from .store.base import CollectionMeta, EmbedderMismatchError, StoreError
 
@@ -57,8 +66,6 @@ ROLES = ("user", "assistant")
 DEFAULT_TOP_K = 5
 PROVIDER = "adiyan"  # the name our adapters are registered under in mem0's factories
 _LIST_LIMIT = 100_000
-MIN_CONSOLIDATION_CONTEXT = 12_288  # tokens: mem0's extraction prompt (~8.6k) plus its JSON answer
-CONSOLIDATION_MAX_TOKENS = 1024  # mem0's JSON of extracted facts; llm.max_tokens is sized for answers
 
 log = logging.getLogger(__name__)
 
@@ -92,19 +99,6 @@ class MemoryRecord:
 
 
 # -- consolidation capability ---------------------------------------------------------------
-
-def consolidation_capable(llm_name: str | None, context_size: int | None = None) -> bool:
-    """Whether an LLM can run mem0's fact consolidation (``infer=True``).
-
-    mem0 2.2's extraction prompt alone is ~8.6k tokens, so the model needs a context of at
-    least :data:`MIN_CONSOLIDATION_CONTEXT`; and the embedded models (smollm2, a local GGUF)
-    are too small to return its JSON reliably. Models behind an Ollama or OpenAI-compatible
-    server with a large enough ``llm.context_size`` are taken to be capable.
-    """
-    if not llm_name or not llm_name.startswith(("ollama:", "openai-compatible")):
-        return False
-    return context_size is None or context_size >= MIN_CONSOLIDATION_CONTEXT
-
 
 # -- mem0, imported lazily and offline -------------------------------------------------------
 
@@ -177,20 +171,23 @@ def _import_mem0(home: Path):
                 super().__init__(config)
                 self._source = self.config.model
                 self._llm = None
+                self.consolidator = Consolidator()  # the owning Memory puts its own in
 
             def _validate_config(self):
                 pass
 
-            def generate_response(self, messages, tools=None, tool_choice="auto", **kwargs):
-                if tools:
-                    raise NotImplementedError("adiyan LLMs do not do tool calls for mem0")
+            def _model(self):
                 if self._llm is None:
                     if self._source is None:
                         raise RuntimeError("memory consolidation (infer=True) needs an LLM; none is configured")
                     self._llm = self._source() if callable(self._source) and not hasattr(self._source, "chat") \
                         else self._source
-                msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
-                return self._llm.chat(msgs, max_tokens=CONSOLIDATION_MAX_TOKENS).text
+                return self._llm
+
+            def generate_response(self, messages, tools=None, tool_choice="auto", response_format=None, **kwargs):
+                if tools:
+                    raise NotImplementedError("adiyan LLMs do not do tool calls for mem0")
+                return self.consolidator.reply(self._model(), messages, response_format)
 
         # mem0's factories load providers by dotted path: expose the classes on this module.
         globals()["AdiyanMem0Embedding"] = AdiyanEmbedding
@@ -225,9 +222,11 @@ class Memory:
     def __init__(self, embedder, *, path: str | os.PathLike | None = None, url: str | None = None,
                  api_key: str | None = None, history_dir: str | os.PathLike, collection_prefix: str = "adiyan_",
                  llm: Any = None, infer: bool = False, half_life_days: float = 14.0, overfetch_factor: int = 3, default_k: int = DEFAULT_TOP_K,
-                 overfetch_min: int = 10, recency: bool = True, mem0_home: str | os.PathLike = ".cache/adiyan/mem0"):
+                 overfetch_min: int = 10, recency: bool = True, mem0_home: str | os.PathLike = ".cache/adiyan/mem0",
+                 call_cache: CallCache | None = None):
         """``path`` (local Qdrant folder) or ``url`` (Qdrant server); ``llm`` an adiyan LLM or a
-        zero-argument loader, used only when ``infer`` is on."""
+        zero-argument loader, used only when ``infer`` is on; ``call_cache`` keeps its schema-valid
+        consolidation replies by prompt hash."""
         if (path is None) == (url is None):
             raise ValueError("Memory needs exactly one of path= (local Qdrant) or url= (Qdrant server)")
         if infer and llm is None:
@@ -242,6 +241,7 @@ class Memory:
         self.has_llm = llm is not None
         self.collection_prefix = collection_prefix
         self.where = url or str(path)
+        self._consolidator = Consolidator(call_cache)
         mem0 = _import_mem0(Path(mem0_home))
         from mem0.configs.base import MemoryConfig as Mem0Config  # heavy: mem0, after _import_mem0
         from mem0.embeddings.configs import EmbedderConfig as Mem0EmbedderConfig  # heavy: mem0
@@ -281,6 +281,9 @@ class Memory:
                     # which local mode ignores with a warning.
                     warnings.filterwarnings("ignore", message="Payload indexes have no effect in the local Qdrant")
                     self._mems[kind] = mem0.Memory(cfg)
+                adapter = self._mems[kind].llm
+                if hasattr(adapter, "consolidator"):  # our AdiyanLLM: one consolidator for every kind
+                    adapter.consolidator = self._consolidator
                 self._stamp_model(name)
         except BaseException:
             self.close()
@@ -294,13 +297,13 @@ class Memory:
         if embedder is None:
             embedder = embedder_from_settings(settings)
         mc = settings.memory
-        if infer is None:
-            infer = getattr(mc, "infer", None)  # a memory.infer setting, when the config has one
-        if infer is None:
-            if llm is not None:
-                infer = consolidation_capable(getattr(llm, "id", None), getattr(llm, "context_size", None))
-            else:
-                infer = consolidation_capable(settings.llm.name, settings.llm.context_size)
+        explicit = getattr(mc, "infer", None) is True
+        infer = resolve_infer(settings, llm, infer)
+        window = getattr(llm, "context_size", None) if llm is not None else settings.llm.context_size
+        if infer and explicit and window is not None and window < MIN_CONSOLIDATION_CONTEXT:
+            raise ValueError(f"memory.infer=true: mem0's extraction prompt is ~8.6k tokens, so consolidation needs "
+                             f"llm.context_size >= {MIN_CONSOLIDATION_CONTEXT}; the LLM's window is {window} "
+                             f"(serve the model with a larger context and set llm.context_size, or memory.infer=false)")
         if infer and (getattr(llm, "generative", True) is False or (llm is None and settings.llm.name == "extractive"
                                                                      and not settings.llm.url)):
             raise ValueError("memory.infer=true (mem0 consolidation) needs a generative LLM and llm.name=extractive "
@@ -320,7 +323,8 @@ class Memory:
         return cls(embedder, **where, history_dir=data_dir / "memory", collection_prefix=sc.collection_prefix,
                    llm=llm_arg, infer=bool(infer), half_life_days=mc.half_life_days, default_k=mc.top_k,
                    overfetch_factor=mc.overfetch_factor, overfetch_min=mc.overfetch_min, recency=mc.recency,
-                   mem0_home=Path(settings.paths.cache_dir) / "mem0")
+                   mem0_home=Path(settings.paths.cache_dir) / "mem0",
+                   call_cache=make_call_cache(settings, "mem0") if infer else None)
 
     def collection(self, kind: str) -> str:
         if kind not in KINDS:
@@ -383,11 +387,14 @@ class Memory:
             raise ValueError("infer=True (mem0 consolidation) needs an LLM; this Memory has none")
         from mem0.exceptions import LLMError  # heavy: mem0 (already loaded by the constructor)
 
+        self._consolidator.observation_date = meta["created_at"][:10]
         try:
             out = self._mem(kind).add([{"role": role, "content": text}], user_id=user_id, metadata=meta,
                                       infer=use_infer)
         except LLMError as exc:
             raise ModelError(f"memory consolidation (infer=True) failed: {exc}") from exc
+        finally:
+            self._consolidator.observation_date = None
         results = out.get("results", []) if isinstance(out, dict) else out
         return results[0]["id"] if results else None
 
@@ -446,6 +453,11 @@ class Memory:
 
     def count(self, user_id: str, kind: str = "conversation") -> int:
         return len(self.all(user_id, kind))
+
+    def consolidation_stats(self) -> dict:
+        """The consolidation calls so far (:class:`ConsolidationStats`), with the LLM's structured
+        mechanism; all zero when nothing consolidated."""
+        return self._consolidator.stats.as_dict()
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:

@@ -161,3 +161,57 @@ def test_the_trace_keeps_the_models_action_beside_the_default(kb):  # noqa: F811
             "answer": res.answer, "grounded": True, "decisions_parsed": 3, "tool_calls": {}, "private_seen": []}
     m = agent_metrics([{"latency_s": [1.0], "runs": [{**base, **run, "steps": []}]}], max_steps=10, strict=True)
     assert (m["decision_schema_valid_rate"], m["model_action_rate"], m["model_differs_rate"]) == (1.0, 0.666667, 1.0)
+
+
+def test_history_rewrites_go_through_the_schema_and_free_text_is_counted(smollm2):
+    """history_llm: the real SmolLM2 under its grammar writes {"question": ...} (schema-valid,
+    counted under grammar); a backend that cannot constrain (FreeTextLLM, a test double) is read
+    as free text, its first line as before, and the reply counted as a parse failure."""
+    from adiyan.retrieval.transform import REWRITE_SCHEMA, llm_rewrite
+
+    history = [{"role": "user", "content": "Tell me about the Triglav Lakes Trek."},
+               {"role": "assistant", "content": "The Triglav Lakes Trek (TR-TRG-04) is a five-day hut-to-hut trek."}]
+    before = structured_stats(smollm2).as_dict()
+    text = llm_rewrite("And how much does it cost?", history, smollm2)
+    after = structured_stats(smollm2).as_dict()
+    assert after["calls"] - before["calls"] == 1 and after["ok"] - before["ok"] == 1
+    assert after["by_mode"].get("grammar", 0) - before["by_mode"].get("grammar", 0) == 1
+    assert text and len(text) <= REWRITE_SCHEMA["properties"]["question"]["maxLength"]
+    assert not text.lstrip().startswith("{")  # the question, not the JSON around it
+
+    free = FreeTextLLM(["How much does the Triglav Lakes Trek cost?\nIt is a trek."])
+    assert llm_rewrite("And how much does it cost?", history, free) == "How much does the Triglav Lakes Trek cost?"
+    st = structured_stats(free)
+    assert (st.calls, st.invalid_json, st.by_mode) == (1, 1, {"none": 1})
+    json_reply = FreeTextLLM(['{"question": "What does the Triglav Lakes Trek cost?"}'])
+    assert llm_rewrite("And how much does it cost?", history, json_reply) == "What does the Triglav Lakes Trek cost?"
+    assert structured_stats(json_reply).ok == 1
+
+
+def test_a_cached_llm_replays_greedy_replies_and_they_are_counted_like_fresh_ones(tmp_path):
+    """CachedLLM (used by scripts/measure_agent_structured.py): a test double for control flow
+    only stands for the model; an identical greedy call is replayed without reaching it, a
+    sampled one always reaches it, and chat_json validates and counts a replay like a fresh reply."""
+    from adiyan.cache import CallCache
+    from adiyan.models.cached_llm import CachedLLM
+
+    class Structured(FreeTextLLM):
+        structured_mechanism = "grammar"
+        temperature = 0.0
+
+        def chat_structured(self, messages, schema, *, name="reply", max_tokens=None, temperature=None):
+            return self.chat(messages, max_tokens=max_tokens, temperature=temperature)
+
+    inner = Structured(['{"supported": true}', "not json"])
+    llm = CachedLLM(inner, CallCache(tmp_path / "calls.sqlite", "t"))
+    schema = verdict_schema(SupportVerdict)
+    msgs = [{"role": "user", "content": "q"}]
+    a, b = chat_json(llm, msgs, schema), chat_json(llm, msgs, schema)
+    assert inner.calls == 1 and (llm.hits, llm.misses) == (1, 1)
+    assert a.status == b.status == "ok" and a.mode == b.mode == "grammar"
+    assert structured_stats(llm).as_dict()["calls"] == 2 and structured_stats(llm).ok == 2
+    sampled = chat_json(llm, msgs, schema, temperature=0.7)  # not a function of the prompt: never stored
+    assert inner.calls == 2 and sampled.status == "invalid_json"
+    assert chat_json(llm, [{"role": "user", "content": "other"}], schema).status == "ok" and inner.calls == 3
+    # a backend without a mechanism stays one behind the cache
+    assert structured_mode(CachedLLM(FreeTextLLM(["x"]), CallCache(tmp_path / "c2.sqlite", "t"))) == "none"

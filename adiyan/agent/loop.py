@@ -37,7 +37,7 @@ DECISION_SYSTEM = (
     "You are a research agent. You answer the user's question by calling one tool per step. "
     "You only see your scratchpad of notes from earlier steps.\n\nTools:\n{tools}\n\n"
     "Reply with one JSON object: {{\"action\": {{\"tool\": <tool name>, \"args\": <the tool's arguments>}}}}, "
-    "for example {{\"action\": {{\"tool\": \"search_kb\", \"args\": {{\"query\": \"refund deadline\"}}}}}}\n"
+    "for example {{\"action\": {{\"tool\": \"search_kb\", \"args\": {{\"query\": \"<words to search for>\"}}}}}}\n"
     "Call finish with the answer once the scratchpad's findings answer the question."
 )
 GENERAL_SYSTEM = ("You are a helpful assistant. Answer briefly. You have no documents for this message, "

@@ -25,6 +25,7 @@ import yaml
 from ..cache import embedder_identity
 from ..eval.harness import build_once, held_by_another, replica
 from ..factory import open_embedder, open_memory
+from ..memory import consolidation_identity, resolve_infer
 from ..retrieval.pipeline import refuse_settings
 from .common import PointResult, mean
 from .scoring import merge, score_memory
@@ -102,19 +103,25 @@ def memory_evalset() -> MemoryEvalset:
     return load_memory_evalset(MEMORY_EVALSET)
 
 
-def _open_at(settings, data_dir: Path, embedder):
+def _open_at(settings, data_dir: Path, embedder, infer: bool = False):
     # Always a local store in its own folder, never the configured server: the evalset's memories
-    # must not land in a real memory collection.
+    # must not land in a real memory collection. The call cache stays the configured one.
     local = settings.with_overrides({"paths.data_dir": str(data_dir), "store.engine": "edge"})
-    return open_memory(local, embedder, None, infer=False)
+    return open_memory(local, embedder, None, infer=infer)
 
 
 def memory_store(settings, es: MemoryEvalset, embedder, *, progress: bool = False):
-    """A mem0 Memory holding the evalset, built once per (evalset, embedder), opened with the
-    point's ``memory.*`` settings (a point with other settings gets a freshly opened one)."""
+    """A mem0 Memory holding the evalset, built once per (evalset, embedder, consolidation),
+    opened with the point's ``memory.*`` settings (a point with other settings gets a freshly
+    opened one). With consolidation on (``memory.infer``, :func:`adiyan.memory.resolve_infer`)
+    mem0 stores the facts the LLM extracts from each memory, each carrying the memory's
+    ``eval_id``; the build records what it cost (``build.json`` -> ``consolidation``)."""
+    infer = resolve_infer(settings)
     key = {"evalset": es.content_hash(), "embedder": embedder_identity(embedder),
            "prefix": settings.store.collection_prefix,
            "layout": "open_memory"}
+    if infer:  # a consolidated store depends on the LLM too; the verbatim store's key is unchanged
+        key["consolidation"] = consolidation_identity(settings)
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", embedder.id)
     kdir = Path(settings.paths.data_dir) / "sweep" / "memory" / f"v{es.version}-{slug}-{_sha(key)[:12]}"
     mc = settings.memory
@@ -128,15 +135,18 @@ def memory_store(settings, es: MemoryEvalset, embedder, *, progress: bool = Fals
             del _OPEN[memo_key]
             held[1].close()
         def build(kdir: Path) -> dict:
-            mem = _open_at(settings, kdir, embedder)
+            mem = _open_at(settings, kdir, embedder, infer)
             ids = {}
             try:
                 for m in es.memories:
                     ids[m["id"]] = mem.add(m["text"], user_id=m["user"], created_at=m["created_at"],
-                                           metadata={"eval_id": m["id"]}, infer=False)
+                                           metadata={"eval_id": m["id"]}, infer=infer)
+                stored = sum(mem.count(u) for u in sorted({m["user"] for m in es.memories}))
+                stats = mem.consolidation_stats()
             finally:
                 mem.close()
-            return {"key": key, "memories": len(ids)}
+            return {"key": key, "memories": len(ids), "infer": infer, "stored": stored,
+                    **({"consolidation": stats} if infer else {})}
 
         build_once(kdir, build)
         try:
@@ -145,6 +155,7 @@ def memory_store(settings, es: MemoryEvalset, embedder, *, progress: bool = Fals
             if not held_by_another(exc):
                 raise
             mem = _open_at(settings, replica(kdir), embedder)  # a parallel worker holds it
+        mem.build_record = json.loads((kdir / "build.json").read_text(encoding="utf-8"))
         _OPEN[memo_key] = (wanted, mem)
         return mem
 
@@ -169,7 +180,8 @@ def evaluate_memory(settings, *, k: int | None = None, evalset: MemoryEvalset | 
         t0 = time.perf_counter()
         hits = mem.search(q["question"], user_id=q["user"], k=k, now=es.now)
         lat.append(time.perf_counter() - t0)
-        ranked = [h.metadata.get("eval_id") for h in hits]
+        # source memories, best first: with consolidation several facts may come from one memory
+        ranked = list(dict.fromkeys(h.metadata.get("eval_id") for h in hits))
         ranked_by_q[q["qid"]] = ranked
         rank = ranked.index(q["expected"]) + 1 if q["expected"] in ranked else None
         row = {"qid": q["qid"], "kind": q["kind"], "hit@1": float(rank == 1), "rr": 1.0 / rank if rank else 0.0,
@@ -187,7 +199,8 @@ def evaluate_memory(settings, *, k: int | None = None, evalset: MemoryEvalset | 
     info = {"now": es.now, "questions": len(rows), "corrections": len(corr), "stable": len(stab),
             "memories": len(es.memories), "half_life_days": mc.half_life_days, "recency": mc.recency, "k": k,
             "embedder": emb.id, "evalset": str(es.root), "evalset_version": es.version,
-            "evalset_hash": es.content_hash()}
+            "evalset_hash": es.content_hash(),
+            **{k: mem.build_record.get(k) for k in ("infer", "stored", "consolidation") if k in mem.build_record}}
     res = PointResult(metrics, rows, info)
     if score:
         merge(res, score_memory(ranked_by_q, es.questions, "memory", emb.id, regression_cases=regression_cases))

@@ -17,7 +17,12 @@
   The rules resolve a pronoun to the newest entity (a product code or a capitalised name) of the
   previous exchange, swap the entity of the previous question for an elliptical "what about X?",
   and otherwise prefix the previous question; the LLM variant asks the model for the standalone
-  question (cached by prompt hash; an empty reply falls back to the message and is counted).
+  question as ``{"question": ...}`` under :data:`REWRITE_SCHEMA` through
+  :func:`adiyan.models.structured.chat_json` (a grammar, ``response_format`` or Ollama ``format``;
+  every reply validated and counted in the LLM's structured counters). A reply that is not
+  schema-valid (only possible when the backend cannot constrain, ``structured: none``) is read
+  as free text, its first line, as before; an empty one falls back to the message and is
+  counted. Cached by prompt hash and structured mode.
 
 The pipeline (:mod:`adiyan.retrieval.pipeline`) searches every transformed query under the
 requester's access filter, so the access policy holds whatever the transformation produces.
@@ -29,6 +34,7 @@ import re
 from dataclasses import dataclass
 
 from ..models.base import ChatMessage
+from ..models.structured import chat_json, structured_mode
 
 QUESTION_WORDS = r"(?:what|which|who|whom|whose|when|where|why|how|is|are|does|do|did|can|could|should|will|would)"
 _SPLIT = re.compile(r"\?\s+|;\s+|,?\s+(?:and|also|and also)\s+(?=" + QUESTION_WORDS + r"\b)", re.IGNORECASE)
@@ -117,11 +123,18 @@ _PRONOUN = re.compile(r"\b(?:(?:that|this|the same|those|these)\s+(?:tour|trip|t
                       re.IGNORECASE)
 _EXISTENTIAL = re.compile(r"\b(?:is|are|was|were|be)\s+there\b|\bthere\s+(?:is|are|was|were)\b", re.IGNORECASE)
 _ELLIPSIS = re.compile(r"^\s*(?:(?:and|but|so)\s+)?(?:what|how)\s+about\s+(?P<x>.+?)\s*[?.!]*\s*$", re.IGNORECASE)
+_PLACEHOLDER_QUESTION = re.compile(r"^\s*(?:<[^>]*>|\.\.\.|…|standalone question|question)?\s*$", re.IGNORECASE)
 _LEADING = re.compile(r"^\s*(?:and|but|so|also|ok|okay)\b[\s,]*", re.IGNORECASE)
 LLM_REWRITE_PROMPT = (
     "Rewrite the user's last message as one standalone question that can be understood without the "
-    "conversation. Replace pronouns with what they refer to and keep names, codes and numbers. Reply with the "
-    "question only.\n\nConversation:\n{history}\n\nLast message: {message}\n\nStandalone question:")
+    "conversation. Replace pronouns with what they refer to and keep names, codes and numbers. Reply with one "
+    "JSON object whose \"question\" is the standalone question.\n\nConversation:\n{history}\n\n"
+    "Last message: {message}\n\nStandalone question as JSON:")
+REWRITE_MAX_TOKENS = 128
+# the rewrite's reply; maxLength keeps a grammar-held reply closed within REWRITE_MAX_TOKENS
+REWRITE_SCHEMA = {"type": "object",
+                  "properties": {"question": {"type": "string", "minLength": 1, "maxLength": REWRITE_MAX_TOKENS - 16}},
+                  "required": ["question"], "additionalProperties": False}
 
 
 def entities(text: str) -> list[str]:
@@ -200,8 +213,10 @@ def _rewrite_one(message: str, history: list[dict]) -> str:
     return f"{prev.rstrip()} {body}"  # no referent to put in: the previous question carries the subject
 
 
-def llm_rewrite(message: str, history, llm, cache=None, *, max_tokens: int = 64, turns: int = 6) -> str:
-    """The LLM's standalone version of ``message`` ("" when it wrote nothing), cached by prompt hash."""
+def llm_rewrite(message: str, history, llm, cache=None, *, max_tokens: int = REWRITE_MAX_TOKENS,
+                turns: int = 6) -> str:
+    """The LLM's standalone version of ``message`` ("" when it wrote nothing usable), through the
+    structured layer (see the module docstring), cached by prompt hash and structured mode."""
     lines = [f"{'User' if t.get('role') == 'user' else 'Assistant'}: {t['content']}"
              for t in list(history)[-turns:] if t.get("content")]
     if not lines:
@@ -209,12 +224,20 @@ def llm_rewrite(message: str, history, llm, cache=None, *, max_tokens: int = 64,
     prompt = LLM_REWRITE_PROMPT.format(history="\n".join(lines), message=message)
     key = None
     if cache is not None:
-        key = cache.key({"llm": llm.id, "history_rewrite": prompt, "max_tokens": max_tokens})
+        key = cache.key({"llm": llm.id, "history_rewrite": prompt, "max_tokens": max_tokens,
+                         "structured": structured_mode(llm), "schema": REWRITE_SCHEMA})
         hit = cache.get(key)
         if hit is not None and hit.get("text"):
             return hit["text"]
-    text = llm.chat([ChatMessage("user", prompt)], max_tokens=max_tokens, temperature=0.0).text.strip()
-    text = text.splitlines()[0].strip().strip('"') if text else ""
+    reply = chat_json(llm, [ChatMessage("user", prompt)], REWRITE_SCHEMA, name="history_rewrite",
+                      max_tokens=max_tokens, temperature=0.0)
+    if reply.ok:
+        text = reply.value["question"].strip()
+    else:  # free text (counted as a parse failure by chat_json): its first line, as before structured calls
+        text = (reply.text or "").strip()
+        text = text.splitlines()[0].strip().strip('"') if text else ""
+    if _PLACEHOLDER_QUESTION.match(text):
+        text = ""  # the prompt's wording echoed back is no rewrite
     if cache is not None and text:
         cache.put(key, {"text": text})
     return text

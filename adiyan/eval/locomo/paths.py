@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 from ...cache import embedder_identity
 from ...factory import open_kb, open_memory, open_retriever
 from ...kb import IngestError, IngestItem
-from ...memory import MemoryHit
+from ...memory import MemoryHit, consolidation_identity, resolve_infer
 from ...retrieval.bm25 import BM25Retriever
 from ...retrieval.dense import ExactDenseIndex, embed_queries, embed_texts
 from ...retrieval.recency import age_days, overfetch_size, parse_timestamp, rerank_by_recency
@@ -91,28 +91,38 @@ def reference_rankings(ls: LocomoSet, embedder, depth: int = max(KS), progress: 
 # ------------------------------------------------------------------------------- memory
 
 
-def _open_memory_at(settings, folder: Path, embedder):
+def _open_memory_at(settings, folder: Path, embedder, infer: bool = False):
     # Always a local store in its own folder, never the configured memory: LoCoMo's turns must not
     # land in a real user's memory.
     local = settings.with_overrides({"paths.data_dir": str(folder), "store.engine": "edge"})
-    return open_memory(local, embedder, None, infer=False)
+    return open_memory(local, embedder, None, infer=infer)
 
 
 def memory_store(settings, ls: LocomoSet, embedder, *, progress: bool = False):
     """(the mem0 Memory holding every turn of ``ls``, opened with these ``memory.*`` settings; its folder;
-    seconds spent building it, 0 when reused)."""
-    kdir = _store_dir(settings, ls, embedder, "mem0")
+    seconds spent building it, 0 when reused).
+
+    With consolidation (``memory.infer``, :func:`adiyan.memory.resolve_infer`) each turn is added
+    with ``infer=True``: mem0 stores the facts the LLM extracts from it, each carrying the turn's
+    ``dia_id``, in a store keyed by the LLM too; ``build.json`` records what was stored and the
+    calls' cost (``consolidation``)."""
+    infer = resolve_infer(settings)
+    what = "mem0-infer-" + _sha(consolidation_identity(settings))[:8] if infer else "mem0"
+    kdir = _store_dir(settings, ls, embedder, what)
 
     def build(kdir: Path) -> dict:
-        mem = _open_memory_at(settings, kdir, embedder)
+        mem = _open_memory_at(settings, kdir, embedder, infer)
         try:
             for t, conv in tqdm([(t, c) for c in ls.conversations for t in c.turns], desc="mem0 add",
                                 unit="turn", disable=not progress, leave=False):
-                mem.add(t.text, user_id=conv.user, created_at=t.at, role="user", infer=False,
+                mem.add(t.text, user_id=conv.user, created_at=t.at, role="user", infer=infer,
                         metadata={"dia_id": t.dia_id, "conversation": conv.id})
+            stored = sum(mem.count(u) for u in sorted({c.user for c in ls.conversations}))
+            stats = mem.consolidation_stats()
         finally:
             mem.close()
-        return {"key": store_key(ls, embedder, "mem0"), "memories": len(ls.turns())}
+        return {"key": store_key(ls, embedder, what), "memories": len(ls.turns()), "infer": infer,
+                "stored": stored, **({"consolidation": stats} if infer else {})}
 
     built_s = build_once(kdir, build)
     return _open_memory_at(settings, kdir, embedder), kdir, built_s

@@ -78,6 +78,8 @@ def evaluate(settings, ls: LocomoSet, embedder, *, paths=P.PATHS, progress: bool
     if any(p in paths for p in ("memory_similarity", "memory_recency", "context")):
         memory, folder, built = P.memory_store(settings, ls, embedder, progress=progress)
         info["timings"]["mem0_build_s"] = built
+        record = json.loads((folder / "build.json").read_text(encoding="utf-8"))
+        info["mem0_build"] = {k: record.get(k) for k in ("memories", "infer", "stored", "consolidation", "build_s")}
         cm = P.CandidateMemory(memory, cache_file=folder / f"candidates-{P.CANDIDATE_DEPTH}.json")
         per_k = {k: settings.with_overrides({"memory.top_k": k}) for k in P.KS}
         histories = {c.id: P.history_of(c) for c in ls.conversations}
