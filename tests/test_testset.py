@@ -202,3 +202,19 @@ def test_every_panel_has_ten_distinct_valid_configurations_and_contrasts_name_it
     whole = PANELS["scifact-whole"]
     assert _config_settings(base, whole["bm25-k4-rm3"]).retrieval.rm3_docs == 10
     assert {_config_settings(base, o).chunking.size for o in whole.values()} == {12000}
+
+
+def test_validation_writes_its_folder_as_a_run_record(make_settings, tmp_path):
+    """`testset validate` writes through the RunRecord every job uses (issue 26): the folder holds the
+    settings' config.yaml and validate.json carries the envelope (config hash of these settings)."""
+    import yaml
+
+    from adiyan.testset.validate import run_validation
+
+    s = make_settings(**{"retrieval.kb_top_k": 6})
+    out = tmp_path / "tsv"
+    result = run_validation(s, [], out)
+    assert yaml.safe_load((out / "config.yaml").read_text())["retrieval"]["kb_top_k"] == 6
+    written = json.loads((out / "validate.json").read_text())
+    assert written["run"]["config_hash"] == s.config_hash() == result["run"]["config_hash"]
+    assert written["run"]["run_id"] == "tsv" and written["corpora"] == {}

@@ -29,6 +29,7 @@ import numpy as np
 
 from .. import metrics as M
 from ..eval.evalset import load_evalset, materialize_beir
+from ..eval.record import RunRecord
 from ..eval.harness import IR_DEPTH, close_index, open_index, per_question_ir, question_rows
 from ..factory import open_embedder, open_retriever
 from .corpus import list_documents
@@ -254,9 +255,13 @@ def run_validation(settings, corpora: list[str], out: Path, *, n: int = 300, see
     if panel not in PANELS:
         raise ValueError(f"--panel {panel!r}: choose from {', '.join(PANELS)}")
     out = Path(out)
+    # the folder is a run record like every job's (config.yaml now, the envelope in validate.json);
+    # its name stays the one asked for, so a killed validation resumes in it
+    record = RunRecord.start(out.parent, out.name, settings=settings)
     (out / "raw").mkdir(parents=True, exist_ok=True)
     kinds = list(kinds or VALIDATE_KINDS)
-    result = {"measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "panel": panel,
+    result = {"run": record.envelope(settings),
+              "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "panel": panel,
               "panel_configs": {k: {**_BASE, **v} for k, v in PANELS[panel].items()}, "n": n, "seed": seed,
               "bootstrap": n_boot, "kinds": kinds, "corpora": {}}
     entries = {entry_name(c, kinds): c for c in corpora}
