@@ -171,3 +171,34 @@ def test_the_report_says_what_the_floor_removes_and_that_it_cannot_separate(tmp_
     # top 2 without a floor: relevant 0.62, 0.33 (1 under 0.35); irrelevant 0.50, 0.55 (none under)
     assert "the floor would remove (not applied) 1 of 2 relevant and 0 of 2 irrelevant chunks" in html
     assert "Calibrated on <b>xquad_en-test</b>" in html
+
+
+def test_an_applied_floor_that_cannot_separate_on_the_scored_set_is_named():
+    """mpnet on adiyan_full (issue: nDCG@10 0.565 against MiniLM's 0.888): its calibrated floor (J 0.2006
+    on XQuAD, just over floor_min_j 0.2) is applied, MiniLM's (J 0.1857) is not, and on adiyan_full
+    mpnet's floor drops 32 of 74 relevant top-4 chunks (J 0.075 there) without a word. Now named."""
+    from adiyan.eval.reliability import warnings_for
+
+    qs = [EvalQuestion("a", "qa", "x", ["o/gold.md"], [], "lookup"),
+          EvalQuestion("b", "qb", "y", ["o/gold2.md"], [], "lookup")]
+    cal = {"minilm": {**CAL, "floor": 0.35, "youden_j": 0.25}}
+    d = floor_decision(RetrievalConfig(score_floors={}), "minilm", cal)
+    assert d.applied and d.floor == 0.35
+    # top 2 without a floor: relevant 0.62, 0.33 (1 under 0.35); irrelevant 0.50, 0.55 (none under).
+    # Best relevant per question 0.62, 0.33 -> TPR 1/2; best irrelevant 0.50, 0.55 -> FPR 1: J = -0.5 < 0.2
+    bad = {"qa": [("o/gold.md", 0.62), ("o/x.md", 0.50)], "qb": [("o/z.md", 0.55), ("o/gold2.md", 0.33)]}
+    group, details = floor_effect(_FixedRetriever(bad), SimpleNamespace(questions=qs), d, k=2)
+    assert group["floor_j_scored"] == -0.5
+    warnings = warnings_for(None, d, details, scored_hash="ff" * 32)
+    assert [w["name"] for w in warnings] == ["floor_cannot_separate_on_scored_set"]
+    msg = warnings[0]["message"]
+    assert "J -0.500 < 0.2 here (J 0.250 on xquad_en-test)" in msg
+    assert "drops 1 of 2 relevant and 0 of 2 irrelevant top-2 chunks" in msg
+    # relevant 0.62, 0.40 all kept (TPR 1); irrelevant 0.30, 0.20 all under 0.35 (FPR 0): J = 1, no warning
+    good = {"qa": [("o/gold.md", 0.62), ("o/x.md", 0.30)], "qb": [("o/gold2.md", 0.40), ("o/z.md", 0.20)]}
+    _, details = floor_effect(_FixedRetriever(good), SimpleNamespace(questions=qs), d, k=2)
+    assert details["j_scored"] == 1.0 and warnings_for(None, d, details, scored_hash="ff" * 32) == []
+    # a floor that is not applied (the same calibration under J 0.2) is the other warning's business only
+    d_off = floor_decision(RetrievalConfig(score_floors={}), "minilm", {"minilm": {**CAL, "floor": 0.35}})
+    _, details = floor_effect(_FixedRetriever(bad), SimpleNamespace(questions=qs), d_off, k=2)
+    assert [w["name"] for w in warnings_for(None, d_off, details, scored_hash="ff" * 32)] == ["floor_cannot_separate"]

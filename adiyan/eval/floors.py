@@ -132,7 +132,8 @@ def floor_effect(retriever, evalset, decision: FloorDecision, k: int, *, request
         "irrelevant_below_floor_share": round(irr_below / irr_top, 6) if irr_top else None,
     }
     details = {"measured": True, "k": k, "source": decision.source, "applied": decision.applied,
-               "reason": decision.reason, "calibration_evalset": cal.get("evalset"),
+               "reason": decision.reason, "j_scored": j_scored, "relevant_below": [rel_below, rel_top],
+               "irrelevant_below": [irr_below, irr_top], "calibration_evalset": cal.get("evalset"),
                "calibration_hash": cal.get("evalset_hash"), "calibration_split": cal.get("split"),
                "calibration_rule": cal.get("rule"), "calibration_n": (cal.get("n_relevant"), cal.get("n_irrelevant")),
                "disjoint": (not scored_hash or not cal.get("evalset_hash")

@@ -7,7 +7,9 @@
   mean is over) and ``.failed``;
 - named warnings (``metrics.json`` → ``warnings``, shown at the top of ``report.html`` and in
   the summary): ``judge_unreliable``, ``floor_cannot_separate``, ``floor_not_measured``,
-  ``floor_calibrated_on_scored_set``, ``floor_not_measured_on_scored_set``;
+  ``floor_calibrated_on_scored_set``, ``floor_not_measured_on_scored_set``,
+  ``floor_cannot_separate_on_scored_set`` (an applied floor whose J on the scored set is under
+  ``retrieval.floor_min_j``: reported only, the floor stays as decided on its calibration set);
 - the summary's lines, where an unreliable judge's metrics are marked and never read as plain
   numbers.
 """
@@ -53,6 +55,18 @@ def warnings_for(judged: dict | None, decision: FloorDecision | None, floor_deta
                                    "(adiyan calibrate-floor --write)."})
         if floor_details and not floor_details.get("measured", True):
             out.append({"name": "floor_not_measured_on_scored_set", "message": floor_details.get("why", "")})
+        j_scored = (floor_details or {}).get("j_scored")
+        if decision.applied and decision.floor > 0 and j_scored is not None and j_scored < decision.min_j:
+            # Reported, never acted on: choosing the floor by the scored set's labels would flatter it.
+            (rb, rt), (ib, it) = floor_details["relevant_below"], floor_details["irrelevant_below"]
+            out.append({"name": "floor_cannot_separate_on_scored_set",
+                        "message": f"the {decision.source} floor {decision.floor} of {decision.embedder_id} is applied "
+                                   f"but cannot separate relevant from irrelevant results on this set: J {j_scored:.3f} < "
+                                   f"{decision.min_j} here (J {_fmt(decision.youden_j)} on "
+                                   f"{cal.get('evalset') or 'its calibration set'}); it drops {rb} of {rt} relevant and "
+                                   f"{ib} of {it} irrelevant top-{floor_details.get('k')} chunks. Its numbers measure "
+                                   "the floor as much as the embedder: compare embedders with the same floor policy "
+                                   "(e.g. retrieval.use_calibrated_floors=false for both)."})
     return out
 
 
