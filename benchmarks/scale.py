@@ -680,8 +680,10 @@ def merge(results: list[dict]) -> dict:
                 raise ValueError(f"cannot merge runs with different {key}: {first[key]!r} and {r[key]!r}")
     points = {(p["size"], p["quantization"]): p for r in results for p in r["points"]}  # a later run's point wins
     out = {**first, "points": sorted(points.values(), key=lambda p: (p["size"], ALL_QUANTS.index(p["quantization"])))}
-    out["merged_from"] = [{"measured_at": r["machine"]["measured_at"], "sizes": sorted({p["size"] for p in r["points"]}),
-                           "load_before": r.get("load_before")} for r in results]
+    # a run that is itself a merge contributes the runs it was made of (so every run keeps its date and load)
+    out["merged_from"] = [m for r in results for m in (r.get("merged_from") or [{
+        "measured_at": r["machine"]["measured_at"], "sizes": sorted({p["size"] for p in r["points"]}),
+        "load_before": r.get("load_before")}])]
     out["checks"] = checks_for(out["points"])
     out["target_results"] = targets_for(out["points"])
     out["summary"] = summary_for(out["points"])
