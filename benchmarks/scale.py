@@ -680,8 +680,10 @@ def merge(results: list[dict]) -> dict:
                 raise ValueError(f"cannot merge runs with different {key}: {first[key]!r} and {r[key]!r}")
     points = {(p["size"], p["quantization"]): p for r in results for p in r["points"]}  # a later run's point wins
     out = {**first, "points": sorted(points.values(), key=lambda p: (p["size"], ALL_QUANTS.index(p["quantization"])))}
-    out["merged_from"] = [{"measured_at": r["machine"]["measured_at"], "sizes": sorted({p["size"] for p in r["points"]}),
-                           "load_before": r.get("load_before")} for r in results]
+    # a run that is itself a merge contributes the runs it was made of (so every run keeps its date and load)
+    out["merged_from"] = [m for r in results for m in (r.get("merged_from") or [{
+        "measured_at": r["machine"]["measured_at"], "sizes": sorted({p["size"] for p in r["points"]}),
+        "load_before": r.get("load_before")}])]
     out["checks"] = checks_for(out["points"])
     out["target_results"] = targets_for(out["points"])
     out["summary"] = summary_for(out["points"])
@@ -747,12 +749,41 @@ def _q(quant: str, setting: str = "default") -> str:
     return name if setting == "default" else f"{name}, {setting.replace('_', ' ')}"
 
 
+def _targets_text(result: dict) -> str:
+    """The issue's targets judged at every size measured (each on that size's points alone)."""
+    out = ["| chunks | recall@10, int8, 5% filter (target >= 0.95) | worst dense p95 ms (target <= 25) | "
+           "dense p95 <= 25 ms met by | peak RSS GiB (target: within 24) |", "|---:|---|---|---|---|"]
+    for size in sorted({p["size"] for p in result["points"]}):
+        t = targets_for([p for p in result["points"] if p["size"] == size])
+        rec = t.get("recall@10_int8_access_5")
+        rec_s = f"{rec['value']:.3f} ({'met' if rec['met'] else '**missed**'})" if rec else "int8 not run"
+        w = t["dense_p95_ms"]["worst"]
+        worst = (f"{w['p95_ms']:.1f} ({_q(w['quantization'], w['query_setting'])}, {w['filter']}; "
+                 f"{'met' if t['dense_p95_ms']['met'] else '**missed**'})")
+        by = "; ".join(_q(*x.split("/", 1)) for x in t["dense_p95_ms"]["met_by"]) or "none"
+        out.append(f"| {size:,} | {rec_s} | {worst} | {by} | {t['ram']['peak_rss_gib']:.2f} "
+                   f"({'met' if t['ram']['met'] else '**missed**'}) |")
+    return "\n".join(out)
+
+
 def tables(result: dict) -> str:
     """The composition, build and query tables of a run, as Markdown (what docs/scale.md shows)."""
     gib = 1024 ** 3
     comp = result["composition"]
-    lines = [f"Measured {result['machine']['measured_at'][:10]}, engine `{result['engine']}`, "
-             f"{result['queries']['n']} held-out questions, k = {result['k']}.", "",
+    runs = result.get("merged_from") or [{"measured_at": result["machine"]["measured_at"],
+                                          "sizes": sorted({p["size"] for p in result["points"]}),
+                                          "load_before": result.get("load_before")}]
+    when = "; ".join(f"{', '.join(f'{s:,}' for s in r['sizes'])} chunks on {r['measured_at'][:10]} "
+                     f"(load average {r['load_before'][0]:.1f} at the start)" if r.get("load_before")
+                     else f"{', '.join(f'{s:,}' for s in r['sizes'])} chunks on {r['measured_at'][:10]}" for r in runs)
+    lines = [f"Measured: {when}; engine `{result['engine']}`, {result['queries']['n']} held-out questions, "
+             f"k = {result['k']}, {result['machine']['cpus']} cores shared with other jobs. Every timing below "
+             f"was taken under that load (the last column of the build table: the 1-minute load average after "
+             f"the ingest) and is an upper bound of what the same machine does unloaded; recall, RAM and disk "
+             f"do not depend on the load.", "",
+             _targets_text(result), "",
+             f"What the pool of {result['composition']['chunks']:,} chunks is made of (every size is a prefix "
+             f"of it, with the same make-up):", "",
              "| source | documents (chunks) | sentence windows | clause windows | mean characters |",
              "|---|---:|---:|---:|---:|"]
     for src, row in comp["per_source"].items():

@@ -92,3 +92,47 @@ def test_the_benchmark_runs_through_the_server_engine_path(tmp_path):
             assert row["violations"] == 0 and row["recall@10_vs_exact"] == 1.0, row
     assert {r["query_setting"] for r in res["points"][1]["rows"]} == {"default", "oversampling_4"}
     assert (tmp_path / "scale.json").is_file()
+
+
+def _point(size: int, quant: str, recall_5: float, p95: float, measured: str = "") -> dict:
+    """A point as measure_point writes it, with only the fields checks, targets and tables read."""
+    rows = [{"quantization": quant, "query_setting": "default", "mode": m, "filter": f,
+             "share_passing": {"all": 1.0, "access_50": 0.5, "access_5": 0.05}[f], "p50_ms": 1.0,
+             "p95_ms": p95, "p99_ms": p95, "violations": 0, "recall@10_vs_exact": recall_5 if f == "access_5" else 0.99,
+             "engine_exact_vs_numpy_mismatches": 0 if m == "dense" else None}
+            for m in ("dense", "hybrid") for f in ("all", "access_50", "access_5")]
+    return {"size": size, "quantization": quant, "engine": "edge", "chunks": size, "measured": measured,
+            "ingest": {"failures": 0, "chunk_count_mismatches": 0}, "build": {"indexed_vectors": size},
+            "ram": {"ingest_process": {"peak_rss_mib": 2048.0}, "query_process_default": {"peak_rss_mib": 1024.0}},
+            "collection_meta": {"extra": {"quantization": quant}}, "rows": rows}
+
+
+def _run(points: list[dict], at: str, load: float) -> dict:
+    return {"pool_fingerprint": "f", "engine": "edge", "queries": {"n": 500}, "k": 10, "points": points,
+            "machine": {"measured_at": at, "cpus": 2}, "load_before": [load, load, load]}
+
+
+def test_merge_keeps_every_runs_date_and_load_and_a_later_point_replaces_an_earlier_one():
+    import scale
+
+    a = _run([_point(10_000, "none", 1.0, 5.0, "a")], "2026-12-05T09:00:00+00:00", 25.0)
+    b = _run([_point(10_000, "binary", 0.7, 4.0)], "2026-12-05T10:00:00+00:00", 29.0)
+    ab = scale.merge([a, b])
+    c = _run([_point(100_000, "int8", 0.94, 30.0), _point(10_000, "none", 1.0, 5.0, "c")],
+             "2026-12-05T12:00:00+00:00", 7.5)
+    m = scale.merge([ab, c])
+    # a merge of a merge keeps the three runs, not two
+    assert [(r["measured_at"][11:16], r["sizes"], r["load_before"][0]) for r in m["merged_from"]] == [
+        ("09:00", [10_000], 25.0), ("10:00", [10_000], 29.0), ("12:00", [10_000, 100_000], 7.5)]
+    assert [(p["size"], p["quantization"], p["measured"]) for p in m["points"]] == [
+        (10_000, "none", "c"), (10_000, "binary", ""), (100_000, "int8", "")]  # c's 10k float32 replaced a's
+    # the targets are judged at the largest size only: int8 0.94 < 0.95 and p95 30 ms > 25 ms both miss
+    assert m["target_results"]["size"] == 100_000
+    assert m["target_results"]["recall@10_int8_access_5"]["met"] is False
+    assert m["target_results"]["dense_p95_ms"]["met"] is False and m["target_results"]["ram"]["peak_rss_gib"] == 2.0
+    # ... and the page's targets table judges every size on its own points
+    text = scale._targets_text(m)
+    assert "| 10,000 | int8 not run | 5.0 (float32, all; met) |" in text
+    assert "| 100,000 | 0.940 (**missed**) | 30.0 (int8, all; **missed**) | none |" in text
+    with pytest.raises(ValueError, match="different pool_fingerprint"):
+        scale.merge([m, {**c, "pool_fingerprint": "g"}])
