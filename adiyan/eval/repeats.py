@@ -218,7 +218,8 @@ def summary_lines(block: dict | None) -> list[str]:
     for name, d in block["metrics"].items():
         if d.get("system_var") is None:
             continue
-        judge = "n/a" if d["judge_var"] is None else f"{d['judge_sd']:.4f}"
+        judge = ("none (not judged)" if not d.get("judged") else "n/a (judged once)" if d["judge_var"] is None
+                 else f"{d['judge_sd']:.4f}")
         lines.append(f"    {name}: system sd {d['system_sd']:.4f}, judge sd {judge}, run sd {d['sd_run']:.4f} "
                      f"(n={d['n_questions']}, repeat means {', '.join(f'{x:.4f}' for x in d['repeat_means'])})")
     return lines
