@@ -131,9 +131,10 @@ def test_by_hand_small_case_and_judged_once_is_not_separable():
 
 
 def test_incomplete_questions_drop_out_counted_and_the_split_is_reproducible():
-    vals = {"a": [[1.0, 0.0], [None, 1.0]], "b": [[1.0, 1.0], [0.0, 1.0]], "c": [[0.0, 0.0], [1.0, 0.0]]}
+    vals = {"a": [[1.0, 0.0], [None, 1.0]], "b": [[1.0, 1.0], [0.0, 1.0]], "c": [[0.0, 0.0], [1.0, 0.0]],
+            "d": [[None, None], [None, None]]}
     d1, d2 = R.decompose(vals, judged=True, seed=3), R.decompose(vals, judged=True, seed=3)
-    assert d1["n_questions"] == 2 and d1["n_incomplete"] == 1
+    assert (d1["n_questions"], d1["n_incomplete"], d1["n_undefined"]) == (2, 1, 1)
     assert d1 == d2  # same scores, same bootstrap seed: the same numbers, bit for bit
     with pytest.raises(ValueError, match="same repeats x judgings"):
         R.decompose({"a": [[1.0]], "b": [[1.0], [0.0]]}, judged=False)
@@ -224,3 +225,48 @@ def test_compare_flags_a_delta_inside_the_repeat_spread_and_not_one_outside(tmp_
     assert "within repeat noise" in (out / "index.html").read_text()
     _, res = compare_runs(plain, plain, tmp_path / "cmp")
     assert next(m for m in res["metrics"] if m["name"] == "keyword_recall")["noise"] is None
+
+
+def test_the_run_report_shows_the_split(tmp_path, split):
+    from adiyan.report import write_run_report
+
+    _, block = split
+    block = {**block, "llm_temperature": 0.7, "judge_temperature": 0.7}
+    block.pop("per_question", None)
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "metrics.json").write_text(json.dumps({"run_id": "run", "metrics": {}, "repeats": block}))
+    (d / "questions.jsonl").write_text("")
+    html = write_run_report(d).read_text()
+    section = html[html.index('id="repeats"'):html.index('id="run"')]
+    f = block["metrics"]["ragas_llm/faithfulness"]
+    assert f"{f['judge_sd']:.4f}" in section and f"{f['system_sd']:.4f}" in section
+    assert "not judged" in section and "<svg" in section  # keyword recall has no judge part; the picture
+    assert write_run_report(d).read_text() == html  # byte for byte
+
+
+@pytest.mark.slow
+def test_invoke_eval_with_repeats_on_adiyan_basic(tmp_path):
+    """invoke eval on adiyan_basic with the extractive answerer and 2 repeats: retrieval and the
+    deterministic answerer must come out with exactly 0 spread; metrics.json records the seeds
+    and the split, repeats.json the per-question scores. (~40 s, builds its own index.)"""
+    from pathlib import Path
+
+    from adiyan.eval.runner import run_eval
+
+    root = Path(__file__).resolve().parents[1]
+    s = load_settings(None, {"paths.data_dir": str(tmp_path / "data"), "paths.reports_dir": str(tmp_path / "reports"),
+                             "eval.evalset": str(root / "evalsets" / "adiyan_basic"), "eval.judge": None,
+                             "eval.incidents": False, "eval.repeats": 2}, environ={})
+    run = run_eval(s, progress=False, run_id="rep")
+    m = json.loads((run / "metrics.json").read_text())
+    rep = m["repeats"]
+    assert rep["repeats"] == 2 and rep["answer_seeds"] == [s.llm.seed, s.llm.seed + 1]
+    k = s.retrieval.kb_top_k
+    for name in (f"retrieval/hit_rate@{k}", f"retrieval/mrr@{k}", "answer/keyword_recall", "ragas/rouge_score"):
+        d = rep["metrics"][name]
+        assert d["system_var"] == 0.0 and d["sd_run"] == 0.0 and d["n_questions"] > 0, name
+    assert rep["metrics"]["answer/keyword_recall"]["repeat_means"][0] == pytest.approx(m["metrics"]["answer"]["keyword_recall"], abs=1e-6)
+    scores = json.loads((run / "repeats.json").read_text())["scores"]
+    assert all(len(v) == 2 for v in scores[f"retrieval/hit_rate@{k}"].values())
+    assert 'id="repeats"' in (run / "report.html").read_text()

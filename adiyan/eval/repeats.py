@@ -64,24 +64,28 @@ def _ci(samples: np.ndarray) -> list[float]:
 def decompose(values: Mapping[str, Sequence[Sequence[float | None]]], *, judged: bool, seed: int = 0,
               n_boot: int = BOOTSTRAP) -> dict:
     """The split of one metric from ``values[question][repeat][judging]`` (None: no score, e.g. a
-    judge failure; a question enters only when all its N x M scores are present).
+    judge failure; a question enters only when all its N x M scores are present: one with some
+    missing counts as incomplete, one with none as undefined).
 
-    Returns ``{"n_questions", "n_incomplete", "repeats", "judgings", "system_var", "judge_var",
+    Returns ``{"n_questions", "n_incomplete", "n_undefined", "repeats", "judgings", "system_var", "judge_var",
     "system_sd", "judge_sd", "system_var_ci95", "judge_var_ci95", "sd_run", "repeat_means",
     "per_question"}`` (see the module docstring); ``judge_var`` is 0.0 for a metric no judge
     computes and None for a judged one judged once per repeat (not separable)."""
-    complete, incomplete = {}, 0
+    complete, incomplete, undefined = {}, 0, 0
     shapes = {(len(v), len(v[0]) if len(v) else 0) for v in values.values()}
     if len(shapes) > 1:
         raise ValueError(f"every question needs the same repeats x judgings, got shapes {sorted(shapes)}")
     for q, rep in values.items():
-        if any(x is None for r in rep for x in r):
+        if all(x is None for r in rep for x in r):  # never defined (e.g. ROUGE of an unanswerable question)
+            undefined += 1
+            continue
+        if any(x is None for r in rep for x in r):  # defined in some repeats or judgings only
             incomplete += 1
             continue
         complete[q] = [[float(x) for x in r] for r in rep]
     n_rep, n_judge = shapes.pop() if shapes else (0, 0)
-    out = {"n_questions": len(complete), "n_incomplete": incomplete, "repeats": n_rep, "judgings": n_judge,
-           "judged": judged}
+    out = {"n_questions": len(complete), "n_incomplete": incomplete, "n_undefined": undefined, "repeats": n_rep,
+           "judgings": n_judge, "judged": judged}
     if not complete or n_rep < 1:
         return {**out, "system_var": None, "judge_var": None, "system_sd": None, "judge_sd": None,
                 "system_var_ci95": None, "judge_var_ci95": None, "sd_run": None, "repeat_means": [],
