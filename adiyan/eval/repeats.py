@@ -38,6 +38,12 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..factory import open_llm
+from ..retrieval.pipeline import UnsupportedSetting
+from .harness import answer_rows, question_rows
+from .judge import judge_from_settings
+from .ragas_metrics import score_llm
+
 BOOTSTRAP = 2000
 NOISE_FACTOR = 2.0  # |delta| < NOISE_FACTOR x pooled sd_run: "within repeat noise"
 CI = 0.95
@@ -234,8 +240,6 @@ def summary_lines(block: dict | None) -> list[str]:
 
 def refuse(settings, llm, entry_point: str) -> list[str]:
     """Refuse, by name, repeat settings this run cannot honour; the notes the run records."""
-    from ..retrieval.pipeline import UnsupportedSetting
-
     ev, notes = settings.eval, []
     if ev.repeats == 1 and ev.judge_repeats == 1:
         if ev.judge_temperature:
@@ -252,6 +256,9 @@ def refuse(settings, llm, entry_point: str) -> list[str]:
     if ev.judge_repeats > 1 and not ev.judge:
         raise UnsupportedSetting(f"eval.judge_repeats={ev.judge_repeats}", entry_point,
                                  "no judge is configured (eval.judge)")
+    if ev.judge_repeats > 1 and not ev.generate:
+        raise UnsupportedSetting(f"eval.judge_repeats={ev.judge_repeats}", f"{entry_point} with eval.generate=false",
+                                 "there are no answers to judge")
     if ev.judge_repeats > 1 and ev.judge_temperature == 0:
         raise UnsupportedSetting(f"eval.judge_repeats={ev.judge_repeats} with eval.judge_temperature=0", entry_point,
                                  "a greedy judge gives the same verdict on the same answer every time; set "
@@ -264,6 +271,9 @@ def refuse(settings, llm, entry_point: str) -> list[str]:
     if ev.repeats > 1 and not generative:
         notes.append(f"the answerer ({getattr(llm, 'id', 'none')}) is deterministic: its system spread is 0 by "
                      "construction (the repeats check that it is)")
+    if ev.judge and ev.judge_repeats > 1:
+        notes.append(f"the judge's calibration is the greedy judge's (temperature 0); the repeated judgings sample "
+                     f"at eval.judge_temperature={ev.judge_temperature}")
     if ev.judge and ev.judge_repeats == 1:
         notes.append("each repeat is judged once (eval.judge_repeats=1): the judged metrics' split cannot "
                      "separate the judge's part from the system's (judge n/a, system = both)")
@@ -274,9 +284,6 @@ def answer_repeats(settings, index, retriever, llm, cache, progress: bool = Fals
     """Repeats 1..N-1 of the answer stage (repeat 0 is the run itself): each retrieves again and
     answers with ``llm.seed + i`` (a generative model reloaded under that seed; the extractive
     answerer is deterministic and reused). Their QuestionRows, answered, not yet scored."""
-    from ..factory import open_llm
-    from .harness import answer_rows, question_rows
-
     out = []
     for i in range(1, settings.eval.repeats):
         s_i = settings.with_overrides({"llm.seed": settings.llm.seed + i})
@@ -290,9 +297,6 @@ def answer_repeats(settings, index, retriever, llm, cache, progress: bool = Fals
 def judge_fn(settings, embedder, sample: int | None, stats: list, progress: bool = False):
     """Judging ``j`` of repeat ``i``: the configured judge at ``eval.judge_temperature`` under
     its own seed, on the same seeded sample of answerable questions as the run's judged metrics."""
-    from .judge import judge_from_settings
-    from .ragas_metrics import score_llm
-
     def judge(i: int, j: int, seed: int, rows: list[dict]) -> list[dict]:
         jd = judge_from_settings(settings, seed=seed, temperature=settings.eval.judge_temperature)
         answerable = [r for r in rows if r["hit"] is not None and r["retrieved"]]
