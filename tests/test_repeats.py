@@ -16,7 +16,7 @@ import pytest
 from adiyan.cache import CallCache
 from adiyan.config import load_settings
 from adiyan.eval import repeats as R
-from adiyan.eval.compare import compare_runs
+from adiyan.eval.compare import compare_runs, summary_lines
 from adiyan.eval.harness import refuse_conversation_settings
 from adiyan.eval.judge import Judge, SupportVerdict
 from adiyan.models.base import Completion
@@ -215,6 +215,7 @@ def test_compare_flags_a_delta_inside_the_repeat_spread_and_not_one_outside(tmp_
     assert row["noise"]["within_noise"] and row["noise"]["threshold"] == pytest.approx(0.2)
     paired = next(t for t in res["paired_tests"] if t["score"] == "keyword_hit")
     assert paired["noise"]["within_noise"]  # beside the paired test
+    assert any("answer/keyword_recall" in line and "WITHIN REPEAT NOISE" in line for line in summary_lines(res))
     _, res = compare_runs(a, outside, tmp_path / "cmp")
     row = next(m for m in res["metrics"] if m["name"] == "keyword_recall")
     assert not row["noise"]["within_noise"]
