@@ -119,7 +119,7 @@ def sweep(c, name=None, jobs=None, force=False, set_=None, only=None, engine=Non
             "owner": "generate: owner of the documents", "visibility": "generate: global | private",
             "private": "generate: GLOB=OWNER makes matching documents private (repeatable)",
             "link": "generate: symlink documents instead of copying", "exclude": "generate: leave out GLOB (repeatable)", "corpus": "validate: xquad | clapnq | "
-            "adiyan_full | scifact (repeatable; default all)", "panel": "validate: quick | standard | full | scifact | scifact-nomic",
+            "adiyan_full | scifact (repeatable; default all)", "panel": "validate: quick | standard | full | scifact | scifact-whole | scifact-nomic",
             "set_": "override: key=value (repeatable)", "config": "YAML config file", "quiet": "no progress bars"})
 def testset(c, action, docs=None, out=None, n=None, kinds=None, seed=None, owner=None, visibility=None, private=None,
             exclude=None, link=False, corpus=None, panel=None, set_=None, config=None, quiet=False):

@@ -300,14 +300,15 @@ class Memory:
         explicit = getattr(mc, "infer", None) is True
         infer = resolve_infer(settings, llm, infer)
         window = getattr(llm, "context_size", None) if llm is not None else settings.llm.context_size
-        if infer and explicit and window is not None and window < MIN_CONSOLIDATION_CONTEXT:
-            raise ValueError(f"memory.infer=true: mem0's extraction prompt is ~8.6k tokens, so consolidation needs "
-                             f"llm.context_size >= {MIN_CONSOLIDATION_CONTEXT}; the LLM's window is {window} "
-                             f"(serve the model with a larger context and set llm.context_size, or memory.infer=false)")
+        # a model that cannot write at all first, then one whose window cannot hold mem0's prompt
         if infer and (getattr(llm, "generative", True) is False or (llm is None and settings.llm.name == "extractive"
                                                                      and not settings.llm.url)):
             raise ValueError("memory.infer=true (mem0 consolidation) needs a generative LLM and llm.name=extractive "
                              "only quotes passages; set llm.name to a server model (llm.url) or memory.infer=false")
+        if infer and explicit and window is not None and window < MIN_CONSOLIDATION_CONTEXT:
+            raise ValueError(f"memory.infer=true: mem0's extraction prompt is ~8.6k tokens, so consolidation needs "
+                             f"llm.context_size >= {MIN_CONSOLIDATION_CONTEXT}; the LLM's window is {window} "
+                             f"(serve the model with a larger context and set llm.context_size, or memory.infer=false)")
         llm_source = llm if llm is not None else (lambda: llm_from_settings(settings))
         data_dir = Path(settings.paths.data_dir)
         sc = settings.store

@@ -36,6 +36,7 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout
 
 from benchmarks._scifact_tables import signals_table  # noqa: E402
 from benchmarks.scifact import PRODUCT_DEPTH, PRODUCT_VARIANTS, _log, doc_id_of, product_runs  # noqa: E402
+from benchmarks.scifact_tuning import to_run  # noqa: E402,F401 - the same chunk-to-document run as the tuning
 
 STEP = 0.05
 PREFETCH = 100  # candidates a side: the depth the preset nomic-hybrid was tuned at (z statistics depend on it)
@@ -115,18 +116,6 @@ def collect(kb, queries: dict, depth: int) -> dict:
         out[qid] = {"text": text, "qv": {s: qvs[s][qid] for s in dense}, "lists": lists, "source": source,
                     "chunk_text": texts}
     return out
-
-
-def to_run(data: dict, fused: dict, ids: dict) -> dict:
-    """{qid: {doc id: 1/rank}} (the harness's source_run: a source scored by its best chunk)."""
-    run = {}
-    for qid, ranking in fused.items():
-        r: dict[str, float] = {}
-        for rank, key in enumerate(ranking, 1):
-            src = data[qid]["source"][key]
-            r.setdefault(ids.get(src) or doc_id_of(src), 1.0 / rank)
-        run[qid] = r
-    return run
 
 
 def fuse(lists: dict, weights: dict, depth: int = PRODUCT_DEPTH) -> dict:

@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
 from benchmarks._scifact_tables import tuning_table  # noqa: E402
-from benchmarks.scifact import PRODUCT_DEPTH, PRODUCT_VARIANTS, _log, product_runs  # noqa: E402
+from benchmarks.scifact import PRODUCT_DEPTH, PRODUCT_VARIANTS, _log, doc_id_of, product_runs  # noqa: E402
 
 METRICS = ["ndcg@10", "recall@100"]
 BASE = {"embedder.name": "minilm", "embedder.truncate_dim": None, **PRODUCT_VARIANTS["whole_documents"],
@@ -97,8 +97,6 @@ def fuse(lists: dict, cfg: dict, depth: int) -> dict:
 
 def to_run(data: dict, fused: dict, ids: dict) -> dict:
     """{qid: {doc id: 1/rank}} (the harness's source_run: a source scored by its best chunk)."""
-    from benchmarks.scifact import doc_id_of
-
     run = {}
     for qid, ranking in fused.items():
         r: dict[str, float] = {}

@@ -91,6 +91,7 @@ def test_mrr_at_10_matches_the_questions_file_by_hand_where_ranks_differ(make_se
     assert m["metrics"]["retrieval"]["mrr@10"] == pytest.approx(_mrr_by_hand(rows, 10), abs=1e-6)
 
 
+@pytest.mark.slow  # ~16 SmolLM2 answers, cold in every run: 252 s of the default suite under load (CI runs it)
 def test_eval_with_the_embedded_llm(make_settings):
     """The generation wiring with the real embedded model (SmolLM2-135M).
 

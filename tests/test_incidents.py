@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import adiyan.kb
+import adiyan.kb.signals
 import adiyan.memory
 from adiyan.agent import TIERS
 from adiyan.eval import incidents as I
@@ -73,7 +74,8 @@ def test_unscoped_search_holds(settings, minilm):
 
 
 def test_unscoped_search_fails_without_the_access_filter(settings, minilm, monkeypatch):
-    monkeypatch.setattr(adiyan.kb, "access_filter", lambda *a, **k: None)  # the engine query's filter, removed
+    # the engine query's filter, removed (KnowledgeBase.search lives in adiyan.kb.signals)
+    monkeypatch.setattr(adiyan.kb.signals, "access_filter", lambda *a, **k: None)
     r = I.unscoped_search(settings, minilm)
     assert r.holds is False and r.violated == 4  # the 3 probes, and the migrated legacy chunk shows to others
     assert r.details["leaks_after"] >= 6 and r.details["legacy_visible_to_other"] == 1

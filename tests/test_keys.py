@@ -94,6 +94,8 @@ def _changed(section: str, name: str, default):
     args = [a for a in typing.get_args(ann) if a is not type(None)]
     if typing.get_origin(ann) is typing.Literal:
         return next(v for v in typing.get_args(ann) if v != default)
+    if typing.get_origin(ann) is list:  # embedder.extra: a list of model names
+        return [] if default else ["mpnet"]
     if ann is bool:
         return not default
     if int in args or ann is int:

@@ -182,3 +182,39 @@ def test_kendall_tau_and_interval_by_hand():
     h = rng.random((4, 50)) * 0.2 + np.arange(4)[:, None] * 0.1
     lo, hi = tau_interval(h, h.copy(), n_boot=200, seed=0)
     assert lo <= 1.0 <= hi + 1e-9 and lo > 0.3
+
+
+def test_every_panel_has_ten_distinct_valid_configurations_and_contrasts_name_its_members():
+    """The issue's panel is at least 10 retrieval configurations: each panel's overrides must
+    validate as settings (a misspelt key or value fails here, not an hour into a run), no two
+    configurations of a panel may be the same settings (a duplicate would count as agreement), and
+    every contrast of the bias table names configurations of some panel."""
+    from adiyan.testset.validate import CONTRASTS, PANELS, _config_settings
+
+    base = load_settings(None, {})
+    for name, panel in PANELS.items():
+        assert len(panel) >= 10, name
+        dumped = [json.dumps(_config_settings(base, over).model_dump(mode="json"), sort_keys=True)
+                  for over in panel.values()]
+        assert len(set(dumped)) == len(dumped), f"panel {name} repeats a configuration"
+    for label, a, b in CONTRASTS:
+        assert any(a in p and b in p for p in PANELS.values()), label
+    whole = PANELS["scifact-whole"]
+    assert _config_settings(base, whole["bm25-k4-rm3"]).retrieval.rm3_docs == 10
+    assert {_config_settings(base, o).chunking.size for o in whole.values()} == {12000}
+
+
+def test_validation_writes_its_folder_as_a_run_record(make_settings, tmp_path):
+    """`testset validate` writes through the RunRecord every job uses (issue 26): the folder holds the
+    settings' config.yaml and validate.json carries the envelope (config hash of these settings)."""
+    import yaml
+
+    from adiyan.testset.validate import run_validation
+
+    s = make_settings(**{"retrieval.kb_top_k": 6})
+    out = tmp_path / "tsv"
+    result = run_validation(s, [], out)
+    assert yaml.safe_load((out / "config.yaml").read_text())["retrieval"]["kb_top_k"] == 6
+    written = json.loads((out / "validate.json").read_text())
+    assert written["run"]["config_hash"] == s.config_hash() == result["run"]["config_hash"]
+    assert written["run"]["run_id"] == "tsv" and written["corpora"] == {}

@@ -2,7 +2,9 @@
 
 ``invoke eval`` on a question set (:mod:`.runner`), a conversation set (:mod:`.conversations`),
 LoCoMo (:mod:`.locomo.run`) and the LlamaIndex adapter (:mod:`adiyan.integrations.llamaindex`)
-each open a :class:`RunRecord` and write through it:
+each open a :class:`RunRecord` and write through it (``testset validate``,
+:mod:`adiyan.testset.validate`, opens one for its folder too: config.yaml and the envelope, with its
+own validate.json / validate.md instead of a run report):
 
 - ``config.yaml``: the settings, written when the run starts (a run that dies is still explained);
 - ``metrics.json``: the envelope (:meth:`RunRecord.envelope`: run id, creation time, adiyan and

@@ -135,6 +135,41 @@ class CollectionMeta:
                 f"or set store.title_field back.")
 
 
+class VectorNames:
+    """The vector names a query may use, checked against the collection's description (both engines):
+    a store with ``collection_meta(name)``."""
+
+    def _new_meta(self, name: str, engine: str, dim: int, embedder_id: str, normalized: bool,
+                  vectors: dict, sparse_names: tuple[str, ...]) -> CollectionMeta:
+        """The description of a collection this store creates: its model, layout, HNSW and
+        quantization settings, its named vectors and sparse fields (only when it has more than one)."""
+        extra = {"engine": engine, "schema": SCHEMA_VERSION, "hnsw_m": self.hnsw_m,
+                 "hnsw_ef_construct": self.hnsw_ef_construct, "quantization": self.quantization}
+        if vectors:
+            extra["vectors"] = {n: v.to_dict() for n, v in vectors.items()}
+        if tuple(sparse_names) != (SPARSE_NAME,):
+            extra["sparse"] = list(sparse_names)
+        return CollectionMeta(name, dim, embedder_id, normalized, extra=extra)
+
+    def _using(self, name: str, using: str | None) -> str | None:
+        """A named dense vector the collection has (None: the unnamed one); else refused by name."""
+        if using is None or using == "":
+            return None
+        meta = self.collection_meta(name)
+        if meta is None or using not in meta.vectors:
+            raise StoreError(f"collection {name!r} has no named vector {using!r} "
+                             f"(it has {sorted(meta.vectors) if meta else 'none'})")
+        return using
+
+    def _sparse_using(self, name: str, using: str) -> str:
+        if using != SPARSE_NAME:
+            meta = self.collection_meta(name)
+            if meta is None or using not in meta.sparse_names:
+                raise StoreError(f"collection {name!r} has no sparse vector {using!r} "
+                                 f"(it has {list(meta.sparse_names) if meta else 'none'})")
+        return using
+
+
 # store.quantization: float32, scalar int8, one bit a component (queries as 8-bit scalars / binarised)
 QUANTIZATIONS = ("none", "int8", "binary", "binary_symmetric")
 

@@ -21,9 +21,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import (INDEXED_FIELDS, SCHEMA_VERSION, SPARSE_NAME, TITLE_NAME, CollectionMeta, Empty, Filter, Hit, Point,
-                   Sparse, StoreError, VectorSpec, check_quantization, check_vector_names, fused_limit, named_vectors_of,
-                   settle_ties)
+from .base import (INDEXED_FIELDS, SPARSE_NAME, TITLE_NAME, CollectionMeta, Empty, Filter, Hit, Point, Sparse,
+                   StoreError, VectorNames, VectorSpec, check_quantization, check_vector_names, fused_limit,
+                   named_vectors_of, settle_ties)
 
 _SCROLL_PAGE = 1000
 
@@ -67,7 +67,7 @@ def _point_of(r, with_vectors: bool) -> Point:
                  sparse=_sparse_of(vectors.get(SPARSE_NAME)), named=named, title=_sparse_of(vectors.get(TITLE_NAME)))
 
 
-class EdgeStore:
+class EdgeStore(VectorNames):
     engine = "edge"
 
     def __init__(self, data_dir: str | os.PathLike, *, hnsw_m: int = 16, hnsw_ef_construct: int = 100,
@@ -137,13 +137,7 @@ class EdgeStore:
                 shard.update(qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword))
             shard.flush()
             self._shards[name] = shard
-            extra = {"engine": "edge", "schema": SCHEMA_VERSION, "hnsw_m": self.hnsw_m,
-                     "hnsw_ef_construct": self.hnsw_ef_construct, "quantization": self.quantization}
-            if vectors:
-                extra["vectors"] = {n: v.to_dict() for n, v in vectors.items()}
-            if title:
-                extra["sparse"] = list(sparse_names)
-            meta = CollectionMeta(name, dim, embedder_id, normalized, extra=extra)
+            meta = self._new_meta(name, "edge", dim, embedder_id, normalized, vectors, sparse_names)
             tmp = self._meta_path(name).with_suffix(".tmp")
             tmp.write_text(json.dumps(meta.to_dict(), indent=2))
             tmp.replace(self._meta_path(name))  # meta appears only once the shard exists
@@ -225,24 +219,6 @@ class EdgeStore:
         with self._lock:
             shard = self._shard(name)
             shard.update(qe.UpdateOperation.set_payload_by_filter(_to_edge_filter(flt), payload))
-
-    def _using(self, name: str, using: str | None) -> str | None:
-        """A named dense vector the collection has (None: the unnamed one); else refused by name."""
-        if using is None or using == "":
-            return None
-        meta = self.collection_meta(name)
-        if meta is None or using not in meta.vectors:
-            raise StoreError(f"collection {name!r} has no named vector {using!r} "
-                             f"(it has {sorted(meta.vectors) if meta else 'none'})")
-        return using
-
-    def _sparse_using(self, name: str, using: str) -> str:
-        if using != SPARSE_NAME:
-            meta = self.collection_meta(name)
-            if meta is None or using not in meta.sparse_names:
-                raise StoreError(f"collection {name!r} has no sparse vector {using!r} "
-                                 f"(it has {list(meta.sparse_names) if meta else 'none'})")
-        return using
 
     def search(self, name: str, vector: np.ndarray, limit: int, *, flt: Filter | None = None,
                ef: int | None = None, exact: bool = False, score_threshold: float | None = None,

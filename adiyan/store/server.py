@@ -13,9 +13,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import (INDEXED_FIELDS, SCHEMA_VERSION, SPARSE_NAME, TITLE_NAME, CollectionMeta, Empty, Filter, Hit, Point,
-                   Sparse, StoreError, VectorSpec, check_quantization, check_vector_names, fused_limit, named_vectors_of,
-                   settle_ties)
+from .base import (INDEXED_FIELDS, SPARSE_NAME, TITLE_NAME, CollectionMeta, Empty, Filter, Hit, Point, Sparse,
+                   StoreError, VectorNames, VectorSpec, check_quantization, check_vector_names, fused_limit,
+                   named_vectors_of, settle_ties)
 from .edge import EdgeStore
 
 
@@ -41,7 +41,7 @@ def _to_filter(flt: Filter | None):
     return m.Filter(must=conds(flt.must), should=conds(flt.should), must_not=conds(flt.must_not))
 
 
-class ServerStore:
+class ServerStore(VectorNames):
     def __init__(self, url: str | None = None, *, path: str | None = None, api_key: str | None = None,
                  hnsw_m: int = 16, hnsw_ef_construct: int = 100, timeout: int = 60,
                  quantization: str = "none", quantization_rescore: bool = True,
@@ -92,13 +92,7 @@ class ServerStore:
             meta.check_quantization(self.quantization, self.where)
             return meta
         m = _models()
-        extra = {"engine": self.engine, "schema": SCHEMA_VERSION, "hnsw_m": self.hnsw_m,
-                 "hnsw_ef_construct": self.hnsw_ef_construct, "quantization": self.quantization}
-        if vectors:
-            extra["vectors"] = {n: v.to_dict() for n, v in vectors.items()}
-        if title:
-            extra["sparse"] = list(sparse_names)
-        meta = CollectionMeta(name, dim, embedder_id, normalized, extra=extra)
+        meta = self._new_meta(name, self.engine, dim, embedder_id, normalized, vectors, sparse_names)
         quant = None
         if self.quantization == "int8":
             quant = m.ScalarQuantization(scalar=m.ScalarQuantizationConfig(type=m.ScalarType.INT8, quantile=0.99,
@@ -164,24 +158,6 @@ class ServerStore:
 
     def set_payload(self, name: str, payload: dict, flt: Filter) -> None:
         self.client.set_payload(name, payload=payload, points=_to_filter(flt), wait=True)
-
-    def _using(self, name: str, using: str | None) -> str | None:
-        """A named dense vector the collection has (None: the unnamed one); else refused by name."""
-        if using is None or using == "":
-            return None
-        meta = self.collection_meta(name)
-        if meta is None or using not in meta.vectors:
-            raise StoreError(f"collection {name!r} has no named vector {using!r} "
-                             f"(it has {sorted(meta.vectors) if meta else 'none'})")
-        return using
-
-    def _sparse_using(self, name: str, using: str) -> str:
-        if using != SPARSE_NAME:
-            meta = self.collection_meta(name)
-            if meta is None or using not in meta.sparse_names:
-                raise StoreError(f"collection {name!r} has no sparse vector {using!r} "
-                                 f"(it has {list(meta.sparse_names) if meta else 'none'})")
-        return using
 
     def search(self, name: str, vector: np.ndarray, limit: int, *, flt: Filter | None = None,
                ef: int | None = None, exact: bool = False, score_threshold: float | None = None,
