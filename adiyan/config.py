@@ -234,6 +234,18 @@ class EvalConfig(_Section):
     # (the design's "variance" needs at least 3; 1 or 2 only for quick checks)
     agent_repeats: int = Field(3, ge=1)
     generate: bool = True  # answer every question with the LLM
+    # Where the variance comes from (adiyan/eval/repeats.py, docs/concepts/evaluation.md): answer
+    # every question this many times, repeat i with llm.seed + i (a generative llm needs
+    # llm.temperature > 0: at 0 every repeat is the same answer; the extractive answerer is
+    # deterministic: its system spread is 0 by construction). The spread of every metric is split
+    # into the system's part and the judge's part, with bootstrap intervals over questions.
+    repeats: int = Field(1, ge=1)
+    # judge each repeat's answers this many times (judging j of repeat i with seed llm.seed + i*M + j,
+    # part of the judge cache key): the judge's part of the spread needs at least 2
+    judge_repeats: int = Field(1, ge=1)
+    # the temperature of those judgings (> 0 when judge_repeats > 1; refused without repeats: a
+    # single run's judge is greedy)
+    judge_temperature: float = Field(0.0, ge=0.0)
     incidents: bool = True  # replay the five incidents as part of the run
     # The LLM judge: an LLM name as in llm.name (smollm2, ollama:NAME, openai-compatible:URL), or
     # None for no LLM-judged metrics. The embedded smollm2 is no judge (0 of 40 calibration pairs); its

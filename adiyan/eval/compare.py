@@ -9,6 +9,9 @@ runs is refused unless forced) are compared metric by metric and question by que
 - paired randomization tests (Fisher, two-sided, seeded, Smucker et al. 2007) on the
   per-question scores both runs hold: hit, reciprocal rank, nDCG@10 and Recall@10 over the
   source ranking, answer keyword hit, and the RAGAS per-row scores;
+- beside both, with runs that measured their repeat spread (``eval.repeats``, :mod:`.repeats`):
+  a difference smaller than NOISE_FACTOR x the pooled repeat SD of one run's value is flagged
+  "within repeat noise" (a significant paired test on it is still shown, and still flagged);
 - the questions that flipped: hit → miss, miss → hit, answer keyword gained / lost, a private
   chunk leaked in one run only, with both runs' retrieved context side by side.
 
@@ -27,6 +30,7 @@ from jinja2 import Environment
 
 from .. import metrics as M
 from .ir_metrics import fisher_randomization_p, per_query
+from .repeats import NOISE_FACTOR, within_noise
 
 SEED = 42
 PERMUTATIONS = 10_000
@@ -47,6 +51,11 @@ class Run:
     @property
     def dataset_hash(self) -> str:
         return (self.metrics.get("dataset") or {}).get("hash", "")
+
+    def repeat_sd(self, metric: str) -> float | None:
+        """The SD of this run's ``group/name`` over reruns (``sd_run`` of its repeat split), if measured."""
+        d = ((self.metrics.get("repeats") or {}).get("metrics") or {}).get(metric) or {}
+        return d.get("sd_run")
 
     @property
     def judge_reliable(self) -> bool:
@@ -103,7 +112,8 @@ def metric_deltas(a: Run, b: Run) -> list[dict]:
                 verdict = "better" if (delta > 0) == (meta.direction == M.HIGHER) else "worse"
             out.append({"group": group, "name": name, "a": xa, "b": xb, "delta": delta, "verdict": verdict,
                         "direction": meta.direction if meta else None, "judged": bool(meta and meta.judged),
-                        "unreliable": unreliable})
+                        "unreliable": unreliable,
+                        "noise": within_noise(delta, a.repeat_sd(f"{group}/{name}"), b.repeat_sd(f"{group}/{name}"))})
     return out
 
 
@@ -132,6 +142,11 @@ def _per_question_scores(run: Run) -> dict[str, dict[str, float]]:
     return {k: v for k, v in scores.items() if v}
 
 
+# a paired test's per-question score -> the run metric it is the mean of (its repeat split's key)
+_SCORE_METRIC = {"hit": "retrieval/hit_rate@{k}", "reciprocal_rank": "retrieval/mrr@{k}",
+                 "keyword_hit": "answer/keyword_recall"}
+
+
 def paired_tests(a: Run, b: Run, *, n_permutations: int = PERMUTATIONS, seed: int = SEED) -> list[dict]:
     """Fisher randomization tests on every per-question score both runs hold (same questions)."""
     sa, sb = _per_question_scores(a), _per_question_scores(b)
@@ -145,7 +160,12 @@ def paired_tests(a: Run, b: Run, *, n_permutations: int = PERMUTATIONS, seed: in
         xa = np.array([sa[name][q] for q in qids])
         xb = np.array([sb[name][q] for q in qids])
         p = 1.0 if np.allclose(xa, xb) else fisher_randomization_p(xa, xb, n_permutations, seed)
+        metric = _SCORE_METRIC.get(name) or (f"ragas/{name[6:]}" if name.startswith("ragas.") else None)
+        if metric and "{k}" in metric:
+            metric = metric.format(k=(a.metrics.get("config") or {}).get("retrieval", {}).get("kb_top_k"))
+        noise = within_noise(float(xb.mean() - xa.mean()), a.repeat_sd(metric), b.repeat_sd(metric)) if metric else None
         out.append({"score": name, "n": len(qids), "mean_a": float(xa.mean()), "mean_b": float(xb.mean()),
+                    "noise": noise,
                     "delta": float(xb.mean() - xa.mean()), "p_value": p, "significant": p < ALPHA,
                     "wins": int((xb > xa).sum()), "losses": int((xb < xa).sum()), "ties": int((xb == xa).sum())})
     return out
@@ -205,7 +225,10 @@ def compare_runs(run_a: Path, run_b: Path, out_root: Path, *, force: bool = Fals
               "paired_tests": paired_tests(a, b) if a.dataset_hash == b.dataset_hash else [],
               "flipped": flipped_questions(a, b) if a.dataset_hash == b.dataset_hash else [],
               "test": {"kind": "Fisher randomization, two-sided", "permutations": PERMUTATIONS, "seed": SEED,
-                       "alpha": ALPHA}}
+                       "alpha": ALPHA},
+              "repeat_noise": {"factor": NOISE_FACTOR, "a": _repeat_head(a), "b": _repeat_head(b),
+                               "rule": f"|delta| < {NOISE_FACTOR:g} x the pooled repeat SD of one run's value "
+                                       "(sqrt((system + judge variance) / n) of each run's eval.repeats split)"}}
     out = Path(out_root) / f"{_slug(a.run_id)}__{_slug(b.run_id)}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8")
@@ -221,13 +244,27 @@ def summary_lines(result: dict) -> list[str]:
     for m in result["metrics"]:
         if m["verdict"] in ("better", "worse", "unreliable") or (m["verdict"] == "changed"):
             tag = "UNRELIABLE JUDGE" if m["unreliable"] else m["verdict"]
-            lines.append(f"  {m['group']}/{m['name']}: {_fmt(m['a'])} → {_fmt(m['b'])} ({m['delta']:+.4f}, {tag})")
+            lines.append(f"  {m['group']}/{m['name']}: {_fmt(m['a'])} → {_fmt(m['b'])} ({m['delta']:+.4f}, {tag})"
+                         + _noise_tag(m.get("noise")))
     for t in result["paired_tests"]:
         if t["delta"]:
             lines.append(f"  paired {t['score']}: {t['mean_a']:.4f} → {t['mean_b']:.4f}, p={t['p_value']:.4f}"
-                         + (" significant" if t["significant"] else "") + f" (n={t['n']})")
+                         + (" significant" if t["significant"] else "") + f" (n={t['n']})"
+                         + _noise_tag(t.get("noise")))
     lines.append(f"  {len(result['flipped'])} question(s) flipped")
     return lines
+
+
+def _repeat_head(run: Run) -> dict | None:
+    r = run.metrics.get("repeats")
+    return {k: r.get(k) for k in ("repeats", "judge_repeats", "answer_seeds", "judge_seeds")} if r else None
+
+
+def _noise_tag(noise: dict | None) -> str:
+    if not noise:
+        return ""
+    return (f"  WITHIN REPEAT NOISE (< {noise['threshold']:.4f})" if noise["within_noise"]
+            else f"  beyond repeat noise (> {noise['threshold']:.4f})")
 
 
 def _slug(text: str) -> str:
@@ -251,7 +288,7 @@ body{font:14px/1.45 system-ui,sans-serif;margin:24px;max-width:1200px;color:#222
 table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f4f4f4}.better{color:#1b7f3b;font-weight:600}.worse{color:#b3261e;font-weight:600}
 .unreliable{color:#999;text-decoration:line-through}.badge{background:#eee;border-radius:3px;padding:0 4px;font-size:11px}
-.ctx{font-size:12px;max-width:520px}.ctx li{margin-bottom:4px}.sig{font-weight:700}
+.noise{background:#fde9c8}.ctx{font-size:12px;max-width:520px}.ctx li{margin-bottom:4px}.sig{font-weight:700}
 </style></head><body>
 <h1>Run {{ r.a.run_id }} → {{ r.b.run_id }}</h1>
 <p>A: {{ r.a.dataset }} <code>{{ (r.a.config_hash or '')[:12] }}</code> · B: {{ r.b.dataset }}
@@ -261,17 +298,23 @@ th{background:#f4f4f4}.better{color:#1b7f3b;font-weight:600}.worse{color:#b3261e
 {% for d in r.config_diff %}<tr><td><code>{{ d.key }}</code></td><td>{{ d.a }}</td><td>{{ d.b }}</td></tr>{% endfor %}</table>
 {% else %}<p>none: the same configuration.</p>{% endif %}
 <h2>Metrics</h2>
-<table><tr><th>metric</th><th>A</th><th>B</th><th>Δ</th><th></th></tr>
+{% if r.repeat_noise.a or r.repeat_noise.b %}<p>Repeat noise ({{ r.repeat_noise.rule }}): A
+{% if r.repeat_noise.a %}{{ r.repeat_noise.a.repeats }} repeats x {{ r.repeat_noise.a.judge_repeats }} judgings{% else %}not measured{% endif %},
+B {% if r.repeat_noise.b %}{{ r.repeat_noise.b.repeats }} repeats x {{ r.repeat_noise.b.judge_repeats }} judgings{% else %}not measured{% endif %}.</p>{% endif %}
+<table><tr><th>metric</th><th>A</th><th>B</th><th>Δ</th><th></th><th>repeat noise</th></tr>
 {% for m in r.metrics %}<tr class="{{ 'unreliable' if m.unreliable else '' }}"><td>{{ m.group }}/{{ m.name }}
 {% if m.unreliable %}<span class="badge">unreliable judge</span>{% endif %}</td><td>{{ fmt(m.a) }}</td>
-<td>{{ fmt(m.b) }}</td><td class="{{ m.verdict }}">{{ '%+.4f' % m.delta }}</td><td class="{{ m.verdict }}">{{ m.verdict }}</td></tr>
+<td>{{ fmt(m.b) }}</td><td class="{{ m.verdict }}">{{ '%+.4f' % m.delta }}</td><td class="{{ m.verdict }}">{{ m.verdict }}</td>
+<td>{% if m.noise %}{% if m.noise.within_noise %}<span class="badge noise">within repeat noise</span>{% else %}beyond{% endif %}
+(threshold {{ '%.4f' % m.noise.threshold }}){% endif %}</td></tr>
 {% endfor %}</table>
 <h2>Paired tests per question</h2>
 <p>{{ r.test.kind }}, {{ r.test.permutations }} permutations, seed {{ r.test.seed }}; significant at p &lt; {{ r.test.alpha }}.</p>
-<table><tr><th>score</th><th>n</th><th>mean A</th><th>mean B</th><th>Δ</th><th>p</th><th>B wins / losses / ties</th></tr>
+<table><tr><th>score</th><th>n</th><th>mean A</th><th>mean B</th><th>Δ</th><th>p</th><th>B wins / losses / ties</th><th>repeat noise</th></tr>
 {% for t in r.paired_tests %}<tr><td>{{ t.score }}</td><td>{{ t.n }}</td><td>{{ fmt(t.mean_a) }}</td><td>{{ fmt(t.mean_b) }}</td>
 <td>{{ '%+.4f' % t.delta }}</td><td class="{{ 'sig' if t.significant else '' }}">{{ '%.4f' % t.p_value }}</td>
-<td>{{ t.wins }} / {{ t.losses }} / {{ t.ties }}</td></tr>{% endfor %}</table>
+<td>{{ t.wins }} / {{ t.losses }} / {{ t.ties }}</td>
+<td>{% if t.noise %}{% if t.noise.within_noise %}<span class="badge noise">within repeat noise</span>{% else %}beyond{% endif %}{% endif %}</td></tr>{% endfor %}</table>
 <h2>Questions that flipped ({{ r.flipped|length }})</h2>
 {% for q in r.flipped %}<h3>{{ q.id }} ({{ q.kind }}): {{ q.changes|join(', ') }}</h3>
 <p>{{ q.question }}<br><small>gold: {{ (q.gold_sources or [])|join(', ') }}</small></p>

@@ -40,7 +40,7 @@ from ..retrieval.pipeline import UnsupportedSetting
 from ..retrieval.transform import HISTORY_MODES
 from .. import metrics as M
 from .evalset import ConversationSet, load_conversation_set
-from .harness import EVAL_REQUESTER, close_index, open_index
+from .harness import EVAL_REQUESTER, close_index, open_index, refuse_repeats
 from .record import RunRecord
 from .scorers import CONVERSATION_SCORERS, Rows, score
 
@@ -178,6 +178,7 @@ def run_conversations(settings, *, progress: bool = True, run_id: str | None = N
     if getattr(settings.eval, "mode", "answer") != "answer":
         raise UnsupportedSetting(f"eval.mode={settings.eval.mode}", ENTRY_POINT,
                                  "conversations are replayed single-shot with the three-part context")
+    refuse_repeats(settings, ENTRY_POINT)  # eval.repeats: question sets only
     t_start = time.perf_counter()
     cs = load_conversation_set(settings.eval.evalset)
     record = RunRecord.for_settings(settings, run_id)

@@ -308,7 +308,7 @@ class QuestionRows(Rows):
     retrieve_s: float = 0.0
 
 
-def refuse_conversation_settings(settings, entry_point: str) -> None:
+def refuse_conversation_settings(settings, entry_point: str, *, repeats: bool = False) -> None:
     """conversation.* shape a conversation turn's context; a question evalset has no turns, so a
     changed value would be reported as if it had run: every question-set entry point refuses it.
     So is a retrieval setting with nothing to act on under the chosen mode (``refuse_inert``, which
@@ -320,11 +320,22 @@ def refuse_conversation_settings(settings, entry_point: str) -> None:
         if getattr(settings.eval, key) != EvalConfig.model_fields[key].default:
             raise UnsupportedSetting(f"eval.{key}={getattr(settings.eval, key)}", f"{entry_point} on {settings.eval.evalset}",
                                      "it acts on a LoCoMo evalset only (eval.evalset = a LoCoMo .json file)")
+    if not repeats:  # eval.repeats and its judge settings: invoke eval on a question set only
+        refuse_repeats(settings, entry_point)
     default = ConversationConfig()
     for key, value in settings.conversation.model_dump().items():
         if value != getattr(default, key):
             raise UnsupportedSetting(f"conversation.{key}={value}", f"{entry_point} on {settings.eval.evalset}",
                                      "a question evalset has no conversation turns (use evalsets/conversations)")
+
+
+def refuse_repeats(settings, entry_point: str) -> None:
+    """eval.repeats / judge_repeats / judge_temperature (adiyan/eval/repeats.py) are honoured by
+    ``invoke eval`` on a question set; every other entry point refuses a changed value by name."""
+    for key in ("repeats", "judge_repeats", "judge_temperature"):
+        if getattr(settings.eval, key) != EvalConfig.model_fields[key].default:
+            raise UnsupportedSetting(f"eval.{key}={getattr(settings.eval, key)}", entry_point,
+                                     "the variance split runs in invoke eval on a question set only")
 
 
 def question_rows(index: EvalIndex, retriever, *, progress: bool = False, desc: str = "retrieve") -> QuestionRows:

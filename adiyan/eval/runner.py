@@ -45,6 +45,7 @@ from .record import RunRecord
 from .regression import check, regression_group
 from .scorers import ANSWER, RETRIEVAL_SCORERS, STRINGS, score
 from .scorers import judged as judged_scores
+from . import repeats as repeats_mod
 
 
 class RegressionFailed(RuntimeError):
@@ -73,7 +74,7 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         replay_incidents = incidents if incidents is not None else settings.eval.incidents
         return run_conversations(settings, progress=progress, run_id=run_id, incidents=(
             (lambda emb, run_dir: _incident_groups(settings, emb, run_dir)) if replay_incidents else None))
-    refuse_conversation_settings(settings, "invoke eval")
+    refuse_conversation_settings(settings, "invoke eval", repeats=True)
     t_start = time.perf_counter()
     record = RunRecord.for_settings(settings, run_id)
     run_dir = record.dir
@@ -87,12 +88,19 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         llm = open_llm(settings) if settings.eval.generate or agent_mode or \
             settings.retrieval.query_transform == "hyde" else None
         budget = effective_budget(settings, llm) if llm is not None else None  # refuses a budget it cannot hold
+        repeat_notes = repeats_mod.refuse(settings, llm, "invoke eval")  # eval.repeats / judge_repeats
         retriever = open_retriever(settings, kb, llm, cache=answer_cache, entry_point="invoke eval")
         qr = question_rows(index, retriever, progress=progress, desc="retrieve")
         rows = qr.rows
         timings["retrieve_s"] = qr.retrieve_s
         timings["generate_s"] = answer_rows(rows, qr.results, settings, llm if settings.eval.generate else None,
                                             answer_cache, progress)
+        # eval.repeats: repeats 1..N-1 retrieve and answer again under their own seeds (repeats.py)
+        t0 = time.perf_counter()
+        more = repeats_mod.answer_repeats(settings, index, retriever, llm, answer_cache, progress) \
+            if settings.eval.repeats > 1 else []
+        if more:
+            timings["repeats_answer_s"] = time.perf_counter() - t0
         agent_run = run_agent_eval(settings, index, retriever, llm, qr, progress=progress) if agent_mode else None
         n_chunks = kb.count_chunks()
         floor = floor_decision(settings.retrieval, embedder.id)  # what the floor removes on this set
@@ -126,6 +134,27 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         timings.update(judged["timings"])
         (run_dir / "judge.json").write_text(json.dumps(judged, indent=2, default=str), encoding="utf-8")
     timings["score_s"] = time.perf_counter() - t0
+    repeat_block = None
+    if settings.eval.repeats > 1 or settings.eval.judge_repeats > 1:
+        t0 = time.perf_counter()
+        repeat_groups = [{g: groups[g] for g in ("answer", "ragas") if g in groups}]
+        repeat_groups += [score([ANSWER, STRINGS], q_i, k) for q_i in more]  # the same scorers as repeat 0
+        judge_stats: list = []
+        judge = None
+        if judged is not None:
+            sample = settings.eval.judge_sample if judged["calibration"]["reliable"] or \
+                settings.eval.judge_sample_unreliable is None else settings.eval.judge_sample_unreliable
+            judge = repeats_mod.judge_fn(settings, embedder, sample, judge_stats, progress)
+        rep = repeats_mod.score_repeats([rows] + [q_i.rows for q_i in more], k, m=settings.eval.judge_repeats,
+                                        base_seed=settings.llm.seed, judge=judge, notes=repeat_notes)
+        repeat_block = rep.record(seed=settings.seed, judge_temperature=settings.eval.judge_temperature
+                                  if judge else None, llm_temperature=settings.llm.temperature,
+                                  judge_stats=judge_stats,
+                                  repeat_groups=repeat_groups)
+        (run_dir / "repeats.json").write_text(json.dumps({"scores": rep.scores, "per_question":
+                                                          repeat_block.pop("per_question")}, indent=1),
+                                              encoding="utf-8")
+        timings["repeats_score_s"] = time.perf_counter() - t0
     if incidents if incidents is not None else settings.eval.incidents:
         t0 = time.perf_counter()
         groups["incidents"] = _incident_groups(settings, embedder, run_dir)
@@ -156,6 +185,7 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         "ir_backend": ir_backend(),
         **({"beir": beir_detail} if beir_detail else {}),
         "metrics": groups,
+        **({"repeats": repeat_block} if repeat_block else {}),  # eval.repeats: the variance split
         "regression": [r.as_dict() for r in regression],
         "regression_failed": sum(r.status == "fail" for r in regression),
         "timings": {k: round(v, 3) for k, v in timings.items()},
@@ -183,6 +213,7 @@ def summary_lines(run_dir: Path) -> list[str]:
         lines.append(f"  structured: {llm_m['structured']}  ({sc.get('calls', 0)} structured calls, "
                      f"{sc.get('parse_failures', 0)} parse failures)")
     lines += warning_lines(m)
+    lines += repeats_mod.summary_lines(m.get("repeats"))
     for group, vals in m["metrics"].items():
         lines.append(group_line(m, group, vals))
     failed = m["dataset"].get("ingest_failed") or []

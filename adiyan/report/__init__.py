@@ -27,6 +27,7 @@ from markupsafe import Markup  # noqa: E402
 
 from .. import metrics as M  # noqa: E402
 from .agent import agent_section  # noqa: E402
+from .repeats import repeats_section  # noqa: E402
 from .summary import failures as failing_questions  # noqa: E402
 from .summary import fmt, recall_at, summary_section  # noqa: E402
 from .summary import num as _num  # noqa: E402
@@ -168,6 +169,30 @@ def _plot_kinds(questions: list[dict]) -> Markup:
         return _svg(fig)
 
 
+def _plot_repeats(block: dict) -> Markup | None:
+    """System and judge SD per metric with their bootstrap 95% intervals (eval.repeats): which
+    part of a metric's spread a better generator could remove, and which a better judge."""
+    rows = [(name, d) for name, d in (block.get("metrics") or {}).items() if d.get("system_var") is not None]
+    if not rows:
+        return None
+    with plt.rc_context(_RC):
+        fig, ax = _figure(6.5, 0.35 * len(rows) + 1.2)
+        ys = list(range(len(rows)))
+        for off, key, label, color in ((-0.2, "system", "system (answers differ)", "#7570b3"),
+                                       (0.2, "judge", "judge (same answer, other verdict)", "#d95f02")):
+            sd = [math.sqrt(d[f"{key}_var"]) if d.get(f"{key}_var") is not None else 0.0 for _, d in rows]
+            ci = [d.get(f"{key}_var_ci95") or [d.get(f"{key}_var") or 0.0] * 2 for _, d in rows]
+            err = [[max(0.0, s - math.sqrt(max(c[0], 0.0))) for s, c in zip(sd, ci)],
+                   [max(0.0, math.sqrt(max(c[1], 0.0)) - s) for s, c in zip(sd, ci)]]
+            ax.barh([y + off for y in ys], sd, height=0.4, xerr=err, label=label, color=color,
+                    error_kw={"elinewidth": 0.8, "capsize": 2})
+        ax.set_yticks(ys, [name for name, _ in rows])
+        ax.invert_yaxis()
+        ax.set_xlabel("SD of one question's score (bars: 95% bootstrap interval)")
+        ax.legend(fontsize=8, loc="lower right")
+        return _svg(fig)
+
+
 def _plot_recall_at_k(questions: list[dict], k_max: int = 10) -> Markup | None:
     """Hit rate and recall of the gold sources against the depth cut, 1..10: where a larger k stops paying."""
     answerable = [q for q in questions if recall_at(q, 1) is not None]
@@ -261,7 +286,7 @@ RUN_TEMPLATE = """<!DOCTYPE html>
 {% endfor %}{% if m.floor %}<h3>score floor</h3>
 <p>{{ m.floor.reason }}{% if m.floor.calibration %}. Calibrated on <b>{{ m.floor.calibration.evalset }}</b> (hash <code>{{ m.floor.calibration.evalset_hash }}</code>, {{ m.floor.calibration.split or "all questions" }}, rule {{ m.floor.calibration.rule }}: J {{ fmt(m.floor.calibration.youden_j) }}, TPR {{ fmt(m.floor.calibration.tpr) }}, FPR {{ fmt(m.floor.calibration.fpr) }}, n {{ m.floor.calibration.n_relevant }} relevant / {{ m.floor.calibration.n_irrelevant }} irrelevant){% endif %}.{% if m.floor.effect and m.floor.effect.measured %} On this run's top {{ m.floor.effect.k }} without a floor, the floor {{ "removes" if m.floor.applied else "would remove (not applied)" }} {{ m.metrics.floor.relevant_below_floor }} of {{ m.metrics.floor.relevant_top_k }} relevant and {{ m.metrics.floor.irrelevant_below_floor }} of {{ m.metrics.floor.irrelevant_top_k }} irrelevant chunks.{% endif %}</p>
 {% endif %}
-<h2 id="run">Run details</h2>
+{{ repeats }}<h2 id="run">Run details</h2>
 <table>
 <tr><th>date</th><td>{{ m.created_at or "—" }}</td></tr>
 <tr><th>config hash</th><td><code title="{{ m.config_hash }}">{{ short(m.config_hash) }}</code></td></tr>
@@ -324,7 +349,8 @@ def write_run_report(run_dir: Path) -> Path:
         summary=summary_section(run_dir, m, questions, failures),
         has_config=(run_dir / "config.yaml").exists(),
         config_json=json.dumps(m.get("config", {}), indent=2, ensure_ascii=False),
-        agent=agent_section(run_dir, m.get("metrics") or {}))  # eval.mode=agent: traces
+        agent=agent_section(run_dir, m.get("metrics") or {}),  # eval.mode=agent: traces
+        repeats=repeats_section(m, _plot_repeats(m["repeats"]) if m.get("repeats") else None))  # eval.repeats
     out = run_dir / "report.html"
     out.write_text(html, encoding="utf-8")
     return out

@@ -235,7 +235,8 @@ class Judge:
 
     def __init__(self, llm, cache, *, timeout_s: float | None = 120.0, max_retries: int = 1,
                  max_tokens: int = 512, temperature: float = 0.0,
-                 system_prompt: str | None = DEFAULT_SYSTEM_PROMPT, settle_s: float | None = None):
+                 system_prompt: str | None = DEFAULT_SYSTEM_PROMPT, settle_s: float | None = None,
+                 seed: int | None = None):
         if timeout_s is not None and timeout_s <= 0:
             raise ValueError("timeout_s must be > 0 (or None for no deadline)")
         if max_retries < 0:
@@ -248,6 +249,10 @@ class Judge:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.system_prompt = system_prompt
+        # a judging's own seed (eval.judge_repeats): part of the cache key, so judging the same
+        # answer again under another seed asks the model again instead of replaying the first
+        # verdict; None (a single judging) leaves the key as it always was
+        self.seed = seed
         self.settle_s = timeout_s if settle_s is None else settle_s
         self.stats = JudgeStats()
         self.by_metric: dict[str, JudgeStats] = {}
@@ -266,6 +271,7 @@ class Judge:
                 "settle_s": self.settle_s,
                 "max_retries": self.max_retries,
                 "max_tokens": self.max_tokens, "temperature": self.temperature,
+                **({"seed": self.seed} if self.seed is not None else {}),
                 "caches": "successes" + (", and failures it would repeat" if self._replayable("invalid_json", "")
                                          else " only")}
 
@@ -288,10 +294,13 @@ class Judge:
                 "abandoned_running": self.abandoned_running()}
 
     def cache_key(self, prompt: str, schema: Type[BaseModel]) -> str:
-        return self.cache.key({"kind": "judge", "judge": self.id, "schema": schema.__name__,
-                               "schema_sha": _schema_fingerprint(schema), "system": self.system_prompt,
-                               "prompt": prompt, "max_tokens": self.max_tokens,
-                               "temperature": self.temperature, "structured": structured_mode(self.llm)})
+        key = {"kind": "judge", "judge": self.id, "schema": schema.__name__,
+               "schema_sha": _schema_fingerprint(schema), "system": self.system_prompt,
+               "prompt": prompt, "max_tokens": self.max_tokens,
+               "temperature": self.temperature, "structured": structured_mode(self.llm)}
+        if self.seed is not None:  # a repeated judging (eval.judge_repeats): its seed is its identity
+            key["seed"] = self.seed
+        return self.cache.key(key)
 
     def ask(self, prompt: str, schema: Type[BaseModel], *, metric: str | None = None,
             sample_id: str | None = None) -> JudgeResult:
@@ -458,9 +467,11 @@ def judge_from_settings(settings, *, cache=None, **judge_kwargs) -> Judge | None
     if not ev.judge:
         return None
     timeout_s = getattr(ev, "judge_timeout_s", None) or settings.llm.timeout_s
+    seed = judge_kwargs.get("seed")  # a repeated judging's seed (eval.judge_repeats), else llm.seed
     llm = load_llm(ev.judge, url=ev.judge_url, model=getattr(ev, "judge_model", None),
                    context_size=settings.llm.context_size, temperature=0.0,
-                   max_tokens=getattr(ev, "judge_max_tokens", None) or 512, seed=settings.llm.seed,
+                   max_tokens=getattr(ev, "judge_max_tokens", None) or 512,
+                   seed=settings.llm.seed if seed is None else seed,
                    timeout_s=timeout_s, api_key_env=settings.llm.api_key_env, structured=settings.llm.structured)
     cache = cache or call_cache(settings, "judge")
     judge_kwargs.setdefault("timeout_s", timeout_s)

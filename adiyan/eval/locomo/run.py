@@ -31,6 +31,7 @@ from ...retrieval.pipeline import UnsupportedSetting
 from ... import metrics as M
 from ..ragas_metrics import score_non_llm, summarize
 from ..record import RunRecord
+from ..harness import refuse_repeats
 from . import paths as P
 from .data import CATEGORIES, LocomoSet, load_locomo
 from .report import add_section
@@ -45,6 +46,7 @@ def refuse(settings) -> None:
     if getattr(settings.eval, "mode", "answer") != "answer":
         raise UnsupportedSetting(f"eval.mode={settings.eval.mode}", ENTRY_POINT,
                                  "LoCoMo questions are asked single-shot at each conversation's end")
+    refuse_repeats(settings, ENTRY_POINT)  # eval.repeats: question sets only
     if settings.store.engine == "server":
         raise UnsupportedSetting("store.engine=server", ENTRY_POINT, "LoCoMo's memory and knowledge base are "
                                  "built in local stores under paths.data_dir/locomo, never in a shared server")
