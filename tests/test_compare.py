@@ -67,6 +67,29 @@ def test_identical_runs_differ_in_nothing(runs):
     assert all(m["verdict"] == "same" for m in res["metrics"] if m["group"] in ("retrieval", "by_kind", "privacy"))
 
 
+def test_a_floor_applied_on_one_side_only_is_named_as_a_confound(runs, tmp_path):
+    """Two runs whose dense floor differs without a setting naming it (mpnet's calibrated floor
+    clears floor_min_j, MiniLM's does not: 0.565 vs 0.888 on adiyan_full, 21 of the 32 points were
+    the floor) are flagged; the same floor on both sides is not. The second run is a copy of the
+    first with only its recorded floor decision changed, so nothing else can raise the flag."""
+    import shutil
+
+    tmp, dense, _, again = runs
+    assert compare_runs(dense, again, tmp / "reports" / "compare")[1]["floor_confound"] is None
+    floored = tmp_path / "floored"
+    shutil.copytree(again, floored)
+    m = json.loads((floored / "metrics.json").read_text())
+    m["floor"].update(applied=True, floor=0.3589, source="calibrated")
+    (floored / "metrics.json").write_text(json.dumps(m))
+    out, res = compare_runs(dense, floored, tmp / "reports" / "compare")
+    assert res["floor_confound"] and "0.3589 (calibrated" in res["floor_confound"]["b"]
+    assert res["floor_confound"]["a"].startswith("0.0 (")
+    assert "Confound:" in (out / "index.html").read_text()
+    from adiyan.eval.compare import summary_lines
+
+    assert any(line.strip().startswith("CONFOUND: the dense score floor") for line in summary_lines(res))
+
+
 def test_unlike_runs_are_refused_and_names_resolve(runs, tmp_path, capsys):
     tmp, dense, _, _ = runs
     other = tmp_path / "other"

@@ -209,6 +209,26 @@ def config_diff(a: Run, b: Run) -> list[dict]:
     return [{"key": k, "a": fa.get(k), "b": fb.get(k)} for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
 
 
+def floor_confound(a: Run, b: Run) -> dict | None:
+    """The dense score floor differs between the runs (applied in one, not the other, or another
+    value), often with no floor setting in the diff: e.g. two embedders, one of whose calibrated
+    floors clears ``retrieval.floor_min_j`` and one not. Every retrieval delta then includes the floor's cut, not
+    only the settings that differ; None when both runs applied the same floor."""
+    fa, fb = a.metrics.get("floor") or {}, b.metrics.get("floor") or {}
+    if not fa or not fb:
+        return None
+    if fa.get("floor") == fb.get("floor"):  # the floor the pipeline applied (the default when none cleared)
+        return None
+
+    def side(f):
+        return f"{f.get('floor')} ({f.get('source') if f.get('applied') else 'default'}, {f.get('embedder_id')})"
+    return {"a": side(fa), "b": side(fb),
+            "message": "the dense score floor differs between the runs: A applies " + side(fa) + ", B "
+                       + side(fb) + "; the deltas include the floor's cut, not only the settings that differ "
+                       "(set retrieval.use_calibrated_floors=false, or the same retrieval.score_floors, on both "
+                       "to compare the rest)"}
+
+
 def compare_runs(run_a: Path, run_b: Path, out_root: Path, *, force: bool = False) -> tuple[Path, dict]:
     """Compare two run folders; writes index.html and compare.json under ``out_root``."""
     a, b = load_run(run_a), load_run(run_b)
@@ -221,6 +241,7 @@ def compare_runs(run_a: Path, run_b: Path, out_root: Path, *, force: bool = Fals
               "b": {"run_id": b.run_id, "dir": str(b.dir), "dataset": b.metrics.get("dataset", {}).get("name"),
                     "config_hash": b.metrics.get("config_hash"), "judge_reliable": b.judge_reliable},
               "same_data": a.dataset_hash == b.dataset_hash, "config_diff": config_diff(a, b),
+              "floor_confound": floor_confound(a, b),
               "metrics": metric_deltas(a, b),
               "paired_tests": paired_tests(a, b) if a.dataset_hash == b.dataset_hash else [],
               "flipped": flipped_questions(a, b) if a.dataset_hash == b.dataset_hash else [],
@@ -241,6 +262,8 @@ def summary_lines(result: dict) -> list[str]:
              + ("" if result["same_data"] else "  (DIFFERENT DATA: metrics only)")]
     for d in result["config_diff"]:
         lines.append(f"  setting {d['key']}: {d['a']} → {d['b']}")
+    if result.get("floor_confound"):
+        lines.append(f"  CONFOUND: {result['floor_confound']['message']}")
     for m in result["metrics"]:
         if m["verdict"] in ("better", "worse", "unreliable") or (m["verdict"] == "changed"):
             tag = "UNRELIABLE JUDGE" if m["unreliable"] else m["verdict"]
@@ -297,6 +320,7 @@ th{background:#f4f4f4}.better{color:#1b7f3b;font-weight:600}.worse{color:#b3261e
 {% if r.config_diff %}<table><tr><th>setting</th><th>A</th><th>B</th></tr>
 {% for d in r.config_diff %}<tr><td><code>{{ d.key }}</code></td><td>{{ d.a }}</td><td>{{ d.b }}</td></tr>{% endfor %}</table>
 {% else %}<p>none: the same configuration.</p>{% endif %}
+{% if r.floor_confound %}<p class="warn"><b>Confound:</b> {{ r.floor_confound.message }}</p>{% endif %}
 <h2>Metrics</h2>
 {% if r.repeat_noise.a or r.repeat_noise.b %}<p>Repeat noise ({{ r.repeat_noise.rule }}): A
 {% if r.repeat_noise.a %}{{ r.repeat_noise.a.repeats }} repeats x {{ r.repeat_noise.a.judge_repeats }} judgings{% else %}not measured{% endif %},
