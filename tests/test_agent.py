@@ -395,6 +395,7 @@ def test_parse_action_reports_failures(reply):
 # -- the real embedded model --------------------------------------------------------------------
 
 
+@pytest.mark.slow  # grammar-held SmolLM2 decisions: 16 s of the default suite on an idle fresh clone (CI runs it)
 def test_lookup_with_the_embedded_llm(kb, smollm2):
     res = Agent(smollm2, kb, settings=kb.settings, tier="guest", requester_id="bob").run(QUESTION)
     assert "450" in res.answer

@@ -139,6 +139,7 @@ def _settings(make_settings, folder, **kw):
                             "eval.incidents": False, "retrieval.rank_depth": 100, **kw})
 
 
+@pytest.mark.slow  # a whole invoke eval with both protocols: 20 s of the default suite (CI runs it)
 def test_invoke_eval_reports_both_protocols_beside_the_published_figures(tmp_path, monkeypatch, make_settings):
     """BM25 over the graded folder: metrics.beir holds the product's and the BEIR protocol's graded nDCG@10
     and Recall@100, the published figure from a published.yaml beside the folder, and the deltas. The BEIR

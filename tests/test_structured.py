@@ -88,6 +88,7 @@ def _messages(question: str) -> list[dict]:
             {"role": "user", "content": question}]
 
 
+@pytest.mark.slow  # 8.5 s idle; the unconstrained-backend double above keeps the counting in the default suite
 def test_smollm2_under_its_grammar_returns_schema_valid_json_and_forced_none_is_counted(smollm2):
     """The real SmolLM2-135M: two action calls and one verdict under the grammar are all valid;
     the same calls with structured=none are reported none and counted exactly."""
