@@ -190,6 +190,23 @@ def test_settings_that_cannot_act_are_refused_by_name():
     refuse_conversation_settings(_settings(**{"eval.repeats": 2}), "invoke eval", repeats=True)
 
 
+def test_the_hnsw_and_memory_experiments_refuse_the_repeat_settings_by_name(tmp_path):
+    """Neither experiment answers or judges, so eval.repeats / judge_repeats would be silently
+    ignored there: each refuses a changed value by name before any work, and runs without it."""
+    from adiyan.experiments import hnsw, memory
+
+    vs = hnsw.vector_set("synthetic-200", _settings(), n_queries=5)  # the default settings pass
+    for over in ({"eval.repeats": 2}, {"eval.judge_temperature": 0.5}):
+        s = _settings(**over)
+        key = next(iter(over))
+        with pytest.raises(UnsupportedSetting, match=rf"{key}=.* is not honoured by the hnsw experiment"):
+            hnsw.vector_set("synthetic-200", s, n_queries=5)
+        with pytest.raises(UnsupportedSetting, match=rf"{key}=.* is not honoured by the hnsw experiment"):
+            hnsw.hnsw_point(vs, s, ef=16, access_filter=False)
+        with pytest.raises(UnsupportedSetting, match=rf"{key}=.* is not honoured by the memory experiment"):
+            memory.evaluate_memory(s)
+
+
 def _run(tmp_path, name: str, keyword_recall: float, keyword_hits: list[int], sd_run: float | None):
     d = tmp_path / name
     d.mkdir()

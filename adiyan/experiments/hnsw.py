@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from ..cache import EmbeddingCache, embedding_key
 from ..eval.beir import load_beir, resolve_beir
-from ..eval.harness import dir_lock, held_by_another, replica
+from ..eval.harness import dir_lock, held_by_another, refuse_repeats, replica
 from ..factory import open_embedder
 from ..models.base import l2_normalize
 from ..retrieval.dense import ExactDenseIndex, embed_texts
@@ -126,6 +126,7 @@ def scifact_vectors(settings, *, n_queries: int | None = 200, embed_missing: boo
 def vector_set(name: str, settings, **kw) -> VectorSet:
     """``synthetic-20k`` (or ``synthetic-N``) or ``scifact-minilm``, kept per process."""
     refuse_settings(settings, ENTRY_POINT, honoured=set())
+    refuse_repeats(settings, ENTRY_POINT)  # eval.repeats: invoke eval on a question set only
     key = (name, json.dumps(kw, sort_keys=True, default=str))
     with _LOCK:
         if key not in _VECTORS:
@@ -192,6 +193,7 @@ def hnsw_index(vs: VectorSet, settings, *, m: int = 16, ef_construct: int = 100,
     segment and every search is exact); ``build.json`` records the indexed vector count.
     """
     refuse_settings(settings, ENTRY_POINT, honoured=set())
+    refuse_repeats(settings, ENTRY_POINT)  # eval.repeats: invoke eval on a question set only
     key = {"vectors": vs.key, "name": vs.name, "m": m, "ef_construct": ef_construct, "seed": seed}
     kdir = Path(settings.paths.data_dir) / "sweep" / "hnsw" / f"{vs.name}-{_sha(key)[:12]}"
     memo_key = str(kdir.resolve())
@@ -239,6 +241,7 @@ def hnsw_point(vs: VectorSet, settings, *, ef: int, access_filter: bool, k: int 
     Private points returned under the filter are counted (must be 0 at every ef).
     """
     refuse_settings(settings, ENTRY_POINT, honoured=set())
+    refuse_repeats(settings, ENTRY_POINT)  # eval.repeats: invoke eval on a question set only
     idx = hnsw_index(vs, settings, m=m, ef_construct=ef_construct, progress=progress)
     flt = Filter(must=(Cond("visibility", "global"),)) if access_filter else None
     truth = _exact_truth(vs, k, access_filter, idx.visibility)

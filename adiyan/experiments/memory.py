@@ -23,7 +23,7 @@ import numpy as np
 import yaml
 
 from ..cache import embedder_identity
-from ..eval.harness import build_once, held_by_another, replica
+from ..eval.harness import build_once, held_by_another, refuse_repeats, replica
 from ..factory import open_embedder, open_memory
 from ..memory import consolidation_identity, resolve_infer
 from ..retrieval.pipeline import refuse_settings
@@ -170,6 +170,7 @@ def evaluate_memory(settings, *, k: int | None = None, evalset: MemoryEvalset | 
     ID-based context metrics and the regression cases (:func:`adiyan.experiments.scoring.score_memory`).
     """
     refuse_settings(settings, ENTRY_POINT, honoured=set())
+    refuse_repeats(settings, ENTRY_POINT)  # eval.repeats: invoke eval on a question set only
     es = evalset or memory_evalset()
     emb = open_embedder(settings, progress=progress)
     mem = memory_store(settings, es, emb, progress=progress)
