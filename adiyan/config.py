@@ -238,7 +238,8 @@ class EvalConfig(_Section):
     # every question this many times, repeat i with llm.seed + i (a generative llm needs
     # llm.temperature > 0: at 0 every repeat is the same answer; the extractive answerer is
     # deterministic: its system spread is 0 by construction). The spread of every metric is split
-    # into the system's part and the judge's part, with bootstrap intervals over questions.
+    # into the system's part and the judge's part, with bootstrap intervals over questions. Each
+    # sampled answer is cached under its seed and temperature, so a re-run replays the repeats.
     repeats: int = Field(1, ge=1)
     # judge each repeat's answers this many times (judging j of repeat i with seed llm.seed + i*M + j,
     # part of the judge cache key): the judge's part of the spread needs at least 2

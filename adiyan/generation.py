@@ -198,7 +198,10 @@ def answer_question(llm, question: str, chunks: Sequence[RetrievedChunk], settin
                           hit.get("completion_tokens"), cached=True, dropped=ctx.dropped)
     out = llm.chat(ctx.messages)
     text = out.text.strip()
-    if cache is not None and settings.llm.temperature == 0:
+    # kept at any temperature: the key holds the temperature and the seed every call is sampled
+    # with (llama.cpp re-seeds per call; a server gets the seed), so a sampled answer is the one
+    # that seed drew and eval.repeats' seed+i answers replay on a re-run instead of being drawn again
+    if cache is not None:
         cache.put(key, {"text": text, "prompt_tokens": out.prompt_tokens,
                         "completion_tokens": out.completion_tokens})
     return Answer(text, ctx.used, ctx.tokens, ctx.truncated, out.prompt_tokens, out.completion_tokens,

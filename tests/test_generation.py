@@ -73,3 +73,29 @@ def test_answer_carries_its_sources_with_the_real_model(make_settings, smollm2):
     assert "450" in ans.text
     assert ans.used == [{"source": "office/doc0.md", "chunk_index": 0}, {"source": "office/doc1.md", "chunk_index": 1}]
     assert ans.prompt_tokens and ans.prompt_tokens > 20
+
+
+def test_a_sampled_answer_is_cached_under_its_seed_and_replays(make_settings):
+    """eval.repeats draws answers at temperature > 0 under seed+i: each is kept under a key holding the
+    temperature and the seed, so a re-run replays it, and another seed (or temperature) asks again."""
+    from adiyan.cache import call_cache
+    from adiyan.models.base import Completion
+
+    class CountingLLM:  # control-flow double: a different reply per call, so a replay is visible
+        id = "counting-double"
+        calls = 0
+
+        def chat(self, messages, **_):
+            CountingLLM.calls += 1
+            return Completion(f"draw {CountingLLM.calls}", prompt_tokens=10, completion_tokens=2)
+
+    chunks = [chunk(0, "The Julian Alps Weekend (TR-JUL-03) costs 450 euros per person.")]
+    q = "How much does the Julian Alps Weekend cost?"
+    s7 = make_settings(**{"llm.temperature": 0.7, "llm.seed": 7})
+    cache = call_cache(s7, "answer")
+    first = answer_question(CountingLLM(), q, chunks, s7, cache=cache)
+    again = answer_question(CountingLLM(), q, chunks, s7, cache=cache)
+    assert (first.text, first.cached, again.text, again.cached, CountingLLM.calls) == ("draw 1", False, "draw 1", True, 1)
+    other_seed = answer_question(CountingLLM(), q, chunks, s7.with_overrides({"llm.seed": 8}), cache=cache)
+    hotter = answer_question(CountingLLM(), q, chunks, s7.with_overrides({"llm.temperature": 0.9}), cache=cache)
+    assert (other_seed.text, hotter.text, CountingLLM.calls) == ("draw 2", "draw 3", 3)
