@@ -35,6 +35,38 @@ from adiyan.models.structured import describe_structured
 COUNTS = ("decisions_schema_valid", "decisions_parsed", "decisions_model", "decisions_differ", "decisions_differ_tool")
 
 
+def mcnemar_p(b: int, c: int) -> float | None:
+    """Exact McNemar test (two-sided binomial on the discordant pairs: ``b`` questions only the
+    agent answered, ``c`` only single-shot); None without a discordant pair."""
+    if b + c == 0:
+        return None
+    from scipy.stats import binomtest  # noqa: PLC0415
+
+    return round(float(binomtest(b, b + c, 0.5).pvalue), 4)
+
+
+def summarize(out_rows: list[dict]) -> dict:
+    """Decision counts and rates, keyword recall agent vs single-shot (with the exact McNemar p)."""
+    n_dec = sum(r["decisions"] for r in out_rows)
+    model_steps = [s for r in out_rows for s in r["steps"] if s.get("model_tool")]
+    agent_only = sum(bool(r["agent_keyword_hit"] and not r["single_keyword_hit"]) for r in out_rows)
+    single_only = sum(bool(r["single_keyword_hit"] and not r["agent_keyword_hit"]) for r in out_rows)
+    return {"questions": len(out_rows), "decisions": n_dec,
+            **{k: sum(r[k] for r in out_rows) for k in COUNTS},
+            **{f"{k}_rate": round(sum(r[k] for r in out_rows) / max(1, n_dec), 4) for k in COUNTS},
+            "model_tools": {t: sum(s["model_tool"] == t for s in model_steps)
+                            for t in sorted({s["model_tool"] for s in model_steps})},
+            "model_query_is_question": sum(1 for r in out_rows for s in r["steps"]
+                                           if (s.get("model_args") or {}).get("query") == r["question"]),
+            "single_keyword_recall": M.mean_or_none([r["single_keyword_hit"] for r in out_rows]),
+            "agent_keyword_recall": M.mean_or_none([r["agent_keyword_hit"] for r in out_rows]),
+            "agent_and_single_both_hit": sum(bool(r["agent_keyword_hit"] and r["single_keyword_hit"])
+                                             for r in out_rows),
+            "agent_only_hit": agent_only, "single_only_hit": single_only,
+            "agent_vs_single_mcnemar_p": mcnemar_p(agent_only, single_only),
+            "seconds": round(sum(r["seconds"] for r in out_rows), 1)}
+
+
 def measure(settings, n: int | None, progress_out: Path | None = None, ids: list[str] | None = None) -> dict:
     """The agent on ``n`` questions with gold sources of ``settings.eval.evalset``, spread evenly over
     the set (all when None), or on the questions ``ids``."""
@@ -76,25 +108,9 @@ def measure(settings, n: int | None, progress_out: Path | None = None, ids: list
                 progress_out.write_text(json.dumps({"rows": out_rows}, indent=1, default=str), encoding="utf-8")
     finally:
         close_index(index)
-    n_dec = sum(r["decisions"] for r in out_rows)
-    model_steps = [s for r in out_rows for s in r["steps"] if s.get("model_tool")]
-    summary = {"evalset": str(settings.eval.evalset), "questions": len(out_rows),
-               "questions_with_gold": len(gold), "ids": [r["id"] for r in out_rows], "decisions": n_dec,
-               "llm": {"id": llm.id, **describe_structured(agent_llm)},
-               "cache": {"replayed": agent_llm.hits, "asked": agent_llm.misses},
-               **{k: sum(r[k] for r in out_rows) for k in COUNTS},
-               **{f"{k}_rate": round(sum(r[k] for r in out_rows) / max(1, n_dec), 4) for k in COUNTS},
-               "model_tools": {t: sum(s["model_tool"] == t for s in model_steps)
-                               for t in sorted({s["model_tool"] for s in model_steps})},
-               "model_query_is_question": sum(1 for r in out_rows for s in r["steps"]
-                                              if (s.get("model_args") or {}).get("query") == r["question"]),
-               "single_keyword_recall": M.mean_or_none([r["single_keyword_hit"] for r in out_rows]),
-               "agent_keyword_recall": M.mean_or_none([r["agent_keyword_hit"] for r in out_rows]),
-               "agent_and_single_both_hit": sum(bool(r["agent_keyword_hit"] and r["single_keyword_hit"])
-                                                for r in out_rows),
-               "agent_only_hit": sum(bool(r["agent_keyword_hit"] and not r["single_keyword_hit"]) for r in out_rows),
-               "single_only_hit": sum(bool(r["single_keyword_hit"] and not r["agent_keyword_hit"]) for r in out_rows),
-               "seconds": round(sum(r["seconds"] for r in out_rows), 1)}
+    summary = {"evalset": str(settings.eval.evalset), "questions_with_gold": len(gold),
+               "ids": [r["id"] for r in out_rows], "llm": {"id": llm.id, **describe_structured(agent_llm)},
+               "cache": {"replayed": agent_llm.hits, "asked": agent_llm.misses}, **summarize(out_rows)}
     return {"summary": summary, "rows": out_rows}
 
 
@@ -124,6 +140,9 @@ def main() -> int:
                                            ids=[i for i in ids.split(",") if i] or None)
         out.write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
         print(name, json.dumps(result["evalsets"][name]["summary"]), flush=True)
+    result["overall"] = summarize([r for e in result["evalsets"].values() for r in e["rows"]])
+    out.write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
+    print("overall", json.dumps(result["overall"]), flush=True)
     return 0
 
 

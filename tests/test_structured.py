@@ -216,3 +216,25 @@ def test_a_cached_llm_replays_greedy_replies_and_they_are_counted_like_fresh_one
     assert chat_json(llm, [{"role": "user", "content": "other"}], schema).status == "ok" and inner.calls == 3
     # a backend without a mechanism stays one behind the cache
     assert structured_mode(CachedLLM(FreeTextLLM(["x"]), CallCache(tmp_path / "c2.sqlite", "t"))) == "none"
+
+
+def test_the_agent_measurement_compares_agent_and_single_shot_by_an_exact_mcnemar_test():
+    """scripts/measure_agent_structured.py pairs the two answers of each question: with 3 questions
+    only the agent answered and 9 only single-shot, p = 2 * P(Bin(12, 0.5) <= 3) = 2 * 299/4096."""
+    import importlib.util
+
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "measure_agent_structured.py"
+    spec = importlib.util.spec_from_file_location("mas", script)
+    mas = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mas)
+    row = {"decisions": 2, **{k: 1 for k in mas.COUNTS}, "steps": [], "question": "q", "seconds": 1.0}
+    rows = ([{**row, "agent_keyword_hit": True, "single_keyword_hit": False}] * 3
+            + [{**row, "agent_keyword_hit": False, "single_keyword_hit": True}] * 9
+            + [{**row, "agent_keyword_hit": True, "single_keyword_hit": True}] * 2)
+    s = mas.summarize(rows)
+    assert (s["agent_only_hit"], s["single_only_hit"], s["agent_and_single_both_hit"]) == (3, 9, 2)
+    assert s["agent_vs_single_mcnemar_p"] == round(2 * 299 / 4096, 4)
+    assert s["agent_keyword_recall"] == pytest.approx(5 / 14, abs=1e-6) and s["decisions_model_rate"] == 0.5
+    assert mas.mcnemar_p(0, 0) is None
