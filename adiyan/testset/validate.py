@@ -70,9 +70,8 @@ PANELS["scifact"] = {
     "bm25-k4-c800": {"retrieval.mode": "bm25", **_C800}, "rrf-minilm-k4-c800": {**_RRF, **_C800},
     "convex-minilm-k8": {**_CVX, "retrieval.kb_top_k": 8, **_WHOLE},
 }
-# SciFact with the whole-documents index alone (its MiniLM vectors are in the embedding cache; the
-# 800/100 chunking's 15,143 chunks are not, a one-off encode of an hour or more on the shared 2-core
-# machine): one chunking, so the chunking contrast is missing; the other ranking families stand in
+# SciFact with the whole-documents index alone (no 800/100 encode: its 15,143 chunks are a one-off
+# of about half an hour on 2 cores): one chunking, so the chunking contrast is missing; the other ranking families stand in
 # for it: RRF with k 10, DBSF fusion, dense pseudo-relevance feedback (3 documents, weight 0.25, the
 # setting tuned on SciFact train in benchmarks/scifact_tuning.py) and BM25 with RM3 (10 documents).
 PANELS["scifact-whole"] = {
