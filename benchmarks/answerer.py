@@ -44,6 +44,7 @@ from adiyan.cache import CallCache  # noqa: E402
 from adiyan.config import load_settings  # noqa: E402
 from adiyan import metrics as M  # noqa: E402
 from adiyan.eval.harness import close_index, open_index, question_rows  # noqa: E402
+from adiyan.eval.ir_metrics import mcnemar_p  # noqa: E402
 from adiyan.eval.ragas_metrics import score_non_llm  # noqa: E402
 from adiyan.factory import open_llm, open_retriever  # noqa: E402
 from adiyan.generation import answer_question, assemble_context, effective_budget  # noqa: E402
@@ -242,6 +243,24 @@ def score(name, its, answers) -> dict:
             "latency_p95_s": round(percentile(lat, 95), 4) if lat else None}
 
 
+def paired(name: str, its, first: dict, second: dict) -> dict:
+    """Extractive (first) against SmolLM2 (second) on the same questions and retrieved chunks:
+    per answerable question whether each holds a keyword, per unanswerable one whether each
+    abstains; the discordant pairs and their exact McNemar p."""
+    def block(values):
+        a_only = sum(1 for x, y in values if x and not y)
+        b_only = sum(1 for x, y in values if y and not x)
+        return {"questions": len(values), "both": sum(1 for x, y in values if x and y),
+                "extractive_only": a_only, "smollm2_only": b_only,
+                "neither": sum(1 for x, y in values if not x and not y), "mcnemar_p": mcnemar_p(a_only, b_only)}
+
+    kw = [(keyword_hit(name, first[it["id"]], it), keyword_hit(name, second[it["id"]], it))
+          for it in its if not it["unanswerable"]]
+    kw = [(x, y) for x, y in kw if x is not None and y is not None]
+    ab = [(M.abstained(first[it["id"]]), M.abstained(second[it["id"]])) for it in its if it["unanswerable"]]
+    return {"keyword_hit": block(kw) if kw else None, "abstains_unanswerable": block(ab) if ab else None}
+
+
 def _sample(its, n):
     """n answerable and (QA sets) their n unanswerable twins, by sorted id hash: the same every run."""
     if n is None:
@@ -258,7 +277,7 @@ def measure(args) -> dict:
                            "answerer-bench")
     for name in args.sets:
         its, s = items(name, "test")
-        res = {}
+        res, answered = {}, {}
         for llm_name in args.answerers:
             ls = s.with_overrides({"llm.name": llm_name})
             llm = open_llm(ls)
@@ -266,6 +285,7 @@ def measure(args) -> dict:
             sub = its if llm_name == "extractive" else _sample(its, n)
             answer_all(name, sub[:1], ls, llm, None)  # warm-up (model load) outside the timings
             answers = answer_all(name, sub, ls, llm, smol_cache if llm_name == "smollm2" else None)
+            answered[llm_name] = {a["id"]: a["answer"] for a in answers}
             res[llm_name] = {**score(name, sub, answers), "llm": llm.id,
                              "budget": effective_budget(ls, llm)}
             if llm_name == "extractive" and (args.smollm2_n if name != "adiyan_full" else args.smollm2_full_n):
@@ -277,6 +297,10 @@ def measure(args) -> dict:
                                          for it, a in list(zip(sub, answers))[:6]]
             print(name, llm_name, json.dumps({k: v for k, v in res[llm_name].items()
                                               if k not in ("examples", "budget")}), flush=True)
+        if {"extractive", "smollm2"} <= set(answered):
+            res["paired"] = paired(name, [it for it in its if it["id"] in answered["smollm2"]],
+                                   answered["extractive"], answered["smollm2"])
+            print(name, "paired", json.dumps(res["paired"]), flush=True)
         result["sets"][name] = res
     write_json(result, args.out)
     return result

@@ -28,21 +28,12 @@ from adiyan import metrics as M
 from adiyan.eval.agent_eval import run_question
 from adiyan.eval.harness import close_index, open_index, question_rows
 from adiyan.factory import open_llm, open_retriever
+from adiyan.eval.ir_metrics import mcnemar_p
 from adiyan.generation import answer_question
 from adiyan.models.cached_llm import CachedLLM
 from adiyan.models.structured import describe_structured
 
 COUNTS = ("decisions_schema_valid", "decisions_parsed", "decisions_model", "decisions_differ", "decisions_differ_tool")
-
-
-def mcnemar_p(b: int, c: int) -> float | None:
-    """Exact McNemar test (two-sided binomial on the discordant pairs: ``b`` questions only the
-    agent answered, ``c`` only single-shot); None without a discordant pair."""
-    if b + c == 0:
-        return None
-    from scipy.stats import binomtest  # noqa: PLC0415
-
-    return round(float(binomtest(b, b + c, 0.5).pvalue), 4)
 
 
 def summarize(out_rows: list[dict]) -> dict:

@@ -266,3 +266,14 @@ def paired_t_p(a: np.ndarray, b: np.ndarray) -> float:
     if np.allclose(a, b):
         return 1.0
     return float(stats.ttest_rel(a, b).pvalue)
+
+
+def mcnemar_p(b: int, c: int) -> float | None:
+    """Exact McNemar test: the two-sided binomial p of the discordant pairs (``b`` items only the
+    first system got right, ``c`` only the second), to 4 significant figures (so a tiny p stays
+    readable, never 0.0); None without a discordant pair."""
+    if b + c == 0:
+        return None
+    from scipy.stats import binomtest  # noqa: PLC0415
+
+    return float(f"{binomtest(b, b + c, 0.5).pvalue:.4g}")
