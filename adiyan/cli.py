@@ -33,8 +33,18 @@ from .types import Requester
 from .testset.cli import add_testset_parser
 
 
-def _settings(args):
-    return load_settings(args.config, parse_set(args.set or []), preset=args.preset)
+def _settings(args, entry_point: str | None = None):
+    """The settings of ``--config``, ``--preset`` and ``--set``. ``entry_point``: a verb that runs no
+    evaluation (ingest, search, ask, ls, get), so an ``eval.*`` key given with ``--set`` would be
+    silently inert there; it is refused by name. (A config file's eval section is shared with
+    ``invoke eval`` and stays allowed: it was not asked of this verb.)"""
+    overrides = parse_set(args.set or [])
+    if entry_point:
+        for key, value in overrides.items():
+            if key == "eval" or key.startswith("eval."):
+                raise UnsupportedSetting(f"{key}={value}", entry_point,
+                                         "eval.* shapes an evaluation run (invoke eval, adiyan eval)")
+    return load_settings(args.config, overrides, preset=args.preset)
 
 
 def cmd_config(args) -> int:
@@ -68,8 +78,8 @@ def _requester(args) -> Requester:
     return Requester(args.requester, bool(args.owner_role))
 
 
-def _kb(args, settings=None):
-    return open_kb(settings or _settings(args), progress=not getattr(args, "quiet", False))
+def _kb(args, settings=None, entry_point: str | None = None):
+    return open_kb(settings or _settings(args, entry_point), progress=not getattr(args, "quiet", False))
 
 
 def cmd_ingest(args) -> int:
@@ -85,7 +95,7 @@ def cmd_ingest(args) -> int:
                       for x in sorted(x for x in p.rglob("*") if x.is_file())]
         else:
             items.append(IngestItem(p, p.name, args.owner, args.visibility))
-    kb = _kb(args)
+    kb = _kb(args, entry_point="adiyan ingest")
     counts = {"stored": 0, "unchanged": 0}
     failed: list[tuple[str, str]] = []
 
@@ -117,7 +127,7 @@ def cmd_ingest(args) -> int:
 
 def cmd_search(args) -> int:
     """Search through the same retrieval pipeline as ``invoke eval`` (every retrieval setting applies)."""
-    s = _settings(args)
+    s = _settings(args, "adiyan search")
     kb = _kb(args, s)
     try:
         retriever = open_retriever(s, kb, entry_point="adiyan search")
@@ -141,7 +151,7 @@ def cmd_search(args) -> int:
 
 def cmd_ask(args) -> int:
     """Answer as the requester through the pipeline invoke eval measures (adiyan.ask)."""
-    s = _settings(args)
+    s = _settings(args, "adiyan ask")
     try:
         res = ask(s, args.question, _requester(args), agent=args.agent,
                   conversation=args.conversation, progress=not args.quiet)
@@ -153,7 +163,7 @@ def cmd_ask(args) -> int:
 
 
 def cmd_ls(args) -> int:
-    with _kb(args) as kb:
+    with _kb(args, entry_point="adiyan ls") as kb:
         docs = kb.list_documents(_requester(args))
     for d in docs:
         print(f"{d['source']:<50} {d['visibility']:<8} {d['chunks']:>5} chunks  {d['size']:>9} B  {d['ingested_at']}")
@@ -162,7 +172,7 @@ def cmd_ls(args) -> int:
 
 
 def cmd_get(args) -> int:
-    kb = _kb(args)
+    kb = _kb(args, entry_point="adiyan get")
     try:
         if args.report:
             print(json.dumps(kb.extraction_report(args.source, _requester(args)), indent=2))

@@ -609,3 +609,19 @@ def test_every_answering_entry_point_honours_llm_name(world, monkeypatch, name):
         assert any(a != NO_CONTEXT_ANSWER for a in shown)
     else:
         assert m["models"]["llm"]["id"] == HydeLLM.id and set(shown) == {"scripted answer"}
+
+
+@pytest.mark.parametrize("verb", [["ingest", "nothing.md", "--owner", "bob"], ["search", "refund window", "--as", "bob"],
+                                  ["ask", "How long?", "--as", "bob"], ["ls", "--as", "bob"], ["get", "some.md", "--as", "bob"]])
+def test_the_verbs_that_run_no_evaluation_refuse_an_eval_setting_by_name(verb, tmp_path, capsys):
+    """adiyan ingest / search / ask / ls / get read no eval.* setting: one given with --set is refused
+    by name (exit 2) before anything is opened, never silently inert (a config file's eval section,
+    shared with invoke eval, is not refused)."""
+    from adiyan import cli
+
+    data = tmp_path / "data"
+    code = cli.main(["--set", f"paths.data_dir={data}", "--set", "eval.repeats=3", *verb])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"eval.repeats=3 is not honoured by adiyan {verb[0]}" in err
+    assert not data.exists()  # refused before the knowledge base was opened
