@@ -168,6 +168,20 @@ def test_the_synced_state_is_a_row_per_document_and_an_old_json_file_is_imported
         pages.sync()
         assert rederived == []
         assert not (root / "book_pages_checked.json").exists() and _checked_rows(root) == after
+        # a sync that fails after the commit leaves no row claiming the new version is synced, so the next
+        # sync re-derives it; a row of a document no longer committed is dropped by the full sync on open
+        pages._sync_one = lambda key, rec: (_ for _ in ()).throw(OSError("disk full"))  # a double: the failure
+        rp.kb.ingest_text(_book("bob", 2, "global"), "b.md", "bob", "global")
+        assert "bob/b.md" not in _checked_rows(root) and pages.errors
+        pages._sync_one = real
+        conn = sqlite3.connect(root / "book_pages_checked.sqlite")
+        with conn:
+            conn.execute("INSERT INTO checked (key, state) VALUES ('ghost/x.md', '[]')")
+        conn.close()
+        pages.sync()
+        rows = _checked_rows(root)
+        assert "bob/b.md" in rows and rows["bob/b.md"] != after["bob/b.md"] and "ghost/x.md" not in rows
+        assert "SECRET-bob-2-global" in rp.search_book_pages(COMMON, "bob", floor=-1.0)[0].text
     finally:
         rp.kb.store.close()
 

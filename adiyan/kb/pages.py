@@ -197,14 +197,20 @@ class BookPages:
         written = {}
         with self._guard:
             checked = self._read_checked(None if keys_all else keys)
-        changed: dict[str, str | None] = {}
+        todo: list[tuple[str, object, str | None]] = []  # (key, committed record or None, its state)
         for key in keys:
             rec = records.get(key)
-            state = ([rec.doc_version, rec.visibility, rec.owner_identity, self.min_pdf_pages, self.page_chars, RULES]
-                     if rec else None)
-            state = json.dumps(state) if state is not None else None
-            if state is not None and checked.get(key) == state:
-                continue
+            state = (json.dumps([rec.doc_version, rec.visibility, rec.owner_identity, self.min_pdf_pages,
+                                 self.page_chars, RULES]) if rec else None)
+            if state is None or checked.get(key) != state:
+                todo.append((key, rec, state))
+        if keys_all:  # rows of documents no longer committed (a crash after a removal): their pages go too
+            todo += [(key, None, None) for key in checked if key not in records]
+        # forget the old state before touching the pages, so a crash in between re-derives them on the next
+        # open instead of trusting a row that no longer describes the collection
+        self._write_checked(delete=[key for key, _, _ in todo if key in checked])
+        done: list[tuple[str, str]] = []
+        for key, rec, state in todo:
             try:
                 n = self._sync_one(key, rec)
             except Exception as exc:  # noqa: BLE001 - see the docstring: logged, kept, retried on open
@@ -214,33 +220,39 @@ class BookPages:
                 continue
             if n:
                 written[key] = n
-            if state is not None or key in checked:
-                changed[key] = state
-        if changed:
-            with self._guard:
-                conn = self._connect()
-                try:
-                    with conn:  # one transaction
-                        conn.executemany("DELETE FROM checked WHERE key = ?",
-                                         [(k,) for k, v in changed.items() if v is None])
-                        conn.executemany("INSERT OR REPLACE INTO checked (key, state) VALUES (?, ?)",
-                                         [(k, v) for k, v in changed.items() if v is not None])
-                finally:
-                    conn.close()
+            if state is not None:
+                done.append((key, state))
+        self._write_checked(insert=done)
         return written
+
+    def _write_checked(self, *, delete: list[str] = (), insert: list[tuple[str, str]] = ()) -> None:
+        if not delete and not insert:
+            return
+        with self._guard:
+            conn = self._connect()
+            try:
+                with conn:  # one transaction
+                    conn.executemany("DELETE FROM checked WHERE key = ?", [(k,) for k in delete])
+                    conn.executemany("INSERT OR REPLACE INTO checked (key, state) VALUES (?, ?)", insert)
+            finally:
+                conn.close()
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self._checked_db, timeout=60)
-        conn.execute("CREATE TABLE IF NOT EXISTS checked (key TEXT PRIMARY KEY, state TEXT NOT NULL)")
-        if self._legacy_checked.exists():  # the JSON file of earlier versions: imported once, then removed
-            try:
-                old = json.loads(self._legacy_checked.read_text())
-            except ValueError:
-                old = {}
-            with conn:
-                conn.executemany("INSERT OR IGNORE INTO checked (key, state) VALUES (?, ?)",
-                                 [(k, json.dumps(v)) for k, v in old.items()])
-            self._legacy_checked.unlink(missing_ok=True)
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS checked (key TEXT PRIMARY KEY, state TEXT NOT NULL)")
+            if self._legacy_checked.exists():  # the JSON file of earlier versions: imported once, then removed
+                try:
+                    old = json.loads(self._legacy_checked.read_text())
+                except (OSError, ValueError):  # gone (another process imported it) or unreadable: a re-check
+                    old = {}
+                rows = [(k, json.dumps(v)) for k, v in old.items()] if isinstance(old, dict) else []
+                with conn:
+                    conn.executemany("INSERT OR IGNORE INTO checked (key, state) VALUES (?, ?)", rows)
+                self._legacy_checked.unlink(missing_ok=True)
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _read_checked(self, keys: list[str] | None) -> dict[str, str]:
