@@ -35,8 +35,8 @@ from .testset.cli import add_testset_parser
 
 def _settings(args, entry_point: str | None = None):
     """The settings of ``--config``, ``--preset`` and ``--set``. ``entry_point``: a verb that runs no
-    evaluation (ingest, search, ask, ls, get), so an ``eval.*`` key given with ``--set`` would be
-    silently inert there; it is refused by name. (A config file's eval section is shared with
+    evaluation (ingest, search, ask, ls, get, kb migrate-private, compare), so an ``eval.*`` key given
+    with ``--set`` would be silently inert there; it is refused by name. (A config file's eval section is shared with
     ``invoke eval`` and stays allowed: it was not asked of this verb.)"""
     overrides = parse_set(args.set or [])
     if entry_point:
@@ -195,7 +195,7 @@ def cmd_get(args) -> int:
 
 
 def cmd_migrate_private(args) -> int:
-    with _kb(args) as kb:
+    with _kb(args, entry_point="adiyan kb migrate-private") as kb:
         n = kb.migrate_private(args.owner)
     print(f"tagged {n} chunk(s) without visibility as private to {args.owner}")
     return 0
@@ -225,7 +225,7 @@ def cmd_calibrate_floor(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    s = _settings(args)
+    s = _settings(args, "adiyan compare")  # compares two finished runs: no eval.* setting acts here
     reports = Path(s.paths.reports_dir)
     try:
         out, result = compare_runs(resolve_run(reports, args.run_a), resolve_run(reports, args.run_b),

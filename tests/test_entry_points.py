@@ -247,11 +247,12 @@ def via_cli(world, s, spy, capsys):
     return shown
 
 
-def _flat(s) -> dict:
-    """The overrides that differ from the defaults, as --set items."""
+def _flat(s, *, evaluation: bool = False) -> dict:
+    """The overrides that differ from the defaults, as --set items; for the CLI's verbs that run no
+    evaluation (``evaluation`` False) without eval.*, which they refuse by name (tested below)."""
     defaults = _flatten(load_settings(None, {}, environ={}).to_dict())
     mine = _flatten(s.to_dict())
-    return {k: v for k, v in mine.items() if defaults.get(k) != v}
+    return {k: v for k, v in mine.items() if defaults.get(k) != v and (evaluation or not k.startswith("eval."))}
 
 
 def _flatten(d, prefix=""):
@@ -544,7 +545,7 @@ def test_invoke_eval_refuses_convex_fusion_in_dense_mode(world, capsys):
     reports = world["root"] / "reports"
     before = sorted(reports.iterdir()) if reports.exists() else []
     sets = []
-    for key, value in _flat(s).items():
+    for key, value in _flat(s, evaluation=True).items():
         sets += ["--set", f"{key}={value if value is not None else 'null'}"]
     capsys.readouterr()
     assert cli.main(sets + ["eval", "--quiet"]) == 2
@@ -612,9 +613,10 @@ def test_every_answering_entry_point_honours_llm_name(world, monkeypatch, name):
 
 
 @pytest.mark.parametrize("verb", [["ingest", "nothing.md", "--owner", "bob"], ["search", "refund window", "--as", "bob"],
-                                  ["ask", "How long?", "--as", "bob"], ["ls", "--as", "bob"], ["get", "some.md", "--as", "bob"]])
+                                  ["ask", "How long?", "--as", "bob"], ["ls", "--as", "bob"], ["get", "some.md", "--as", "bob"],
+                                  ["kb", "migrate-private", "--owner", "bob"], ["compare", "run-a", "run-b"]])
 def test_the_verbs_that_run_no_evaluation_refuse_an_eval_setting_by_name(verb, tmp_path, capsys):
-    """adiyan ingest / search / ask / ls / get read no eval.* setting: one given with --set is refused
+    """adiyan ingest / search / ask / ls / get / migrate-private / compare read no eval.* setting: one given with --set is refused
     by name (exit 2) before anything is opened, never silently inert (a config file's eval section,
     shared with invoke eval, is not refused)."""
     from adiyan import cli
@@ -623,5 +625,6 @@ def test_the_verbs_that_run_no_evaluation_refuse_an_eval_setting_by_name(verb, t
     code = cli.main(["--set", f"paths.data_dir={data}", "--set", "eval.repeats=3", *verb])
     err = capsys.readouterr().err
     assert code == 2
-    assert f"eval.repeats=3 is not honoured by adiyan {verb[0]}" in err
+    name = " ".join(verb[:2]) if verb[0] == "kb" else verb[0]
+    assert f"eval.repeats=3 is not honoured by adiyan {name}" in err
     assert not data.exists()  # refused before the knowledge base was opened
