@@ -179,6 +179,7 @@ class BookPages:
         self._checked_db = kb.raw.root / "book_pages_checked.sqlite"
         self._legacy_checked = kb.raw.root / "book_pages_checked.json"
         self._guard = threading.Lock()
+        self._prepare_checked()  # once per open, not on each of a sync's connections (the ingest hot path)
         kb.store.ensure_collection(collection, dim=kb.embedder.dim, embedder_id=embedder_identity(kb.embedder),
                                    normalized=kb.embedder.normalized)
 
@@ -238,10 +239,14 @@ class BookPages:
                 conn.close()
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self._checked_db, timeout=60)
+        return sqlite3.connect(self._checked_db, timeout=60)
+
+    def _prepare_checked(self) -> None:
+        """The table, and the JSON file of earlier versions imported into it once, then removed."""
+        conn = self._connect()
         try:
             conn.execute("CREATE TABLE IF NOT EXISTS checked (key TEXT PRIMARY KEY, state TEXT NOT NULL)")
-            if self._legacy_checked.exists():  # the JSON file of earlier versions: imported once, then removed
+            if self._legacy_checked.exists():
                 try:
                     old = json.loads(self._legacy_checked.read_text())
                 except (OSError, ValueError):  # gone (another process imported it) or unreadable: a re-check
@@ -250,10 +255,8 @@ class BookPages:
                 with conn:
                     conn.executemany("INSERT OR IGNORE INTO checked (key, state) VALUES (?, ?)", rows)
                 self._legacy_checked.unlink(missing_ok=True)
-        except BaseException:
+        finally:
             conn.close()
-            raise
-        return conn
 
     def _read_checked(self, keys: list[str] | None) -> dict[str, str]:
         """{key: state as JSON} of ``keys`` (every key when None)."""
