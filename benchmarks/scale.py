@@ -667,6 +667,13 @@ def run(sizes=SIZES, quants=QUANTS, n_queries: int = 500, *, engine: str = "edge
     return result
 
 
+def _run_entry(r: dict) -> dict:
+    """One run as ``merge`` records it: when, which sizes and quantizations, the load at the start."""
+    return {"measured_at": r["machine"]["measured_at"], "sizes": sorted({p["size"] for p in r["points"]}),
+            "quantizations": [q for q in ALL_QUANTS if any(p["quantization"] == q for p in r["points"])],
+            "load_before": r.get("load_before")}
+
+
 def merge(results: list[dict]) -> dict:
     """Several runs of one pool (e.g. one size each, run apart) as one result: their points in size
     order (a point measured again in a later run replaces the earlier one), the checks and targets
@@ -681,9 +688,7 @@ def merge(results: list[dict]) -> dict:
     points = {(p["size"], p["quantization"]): p for r in results for p in r["points"]}  # a later run's point wins
     out = {**first, "points": sorted(points.values(), key=lambda p: (p["size"], ALL_QUANTS.index(p["quantization"])))}
     # a run that is itself a merge contributes the runs it was made of (so every run keeps its date and load)
-    out["merged_from"] = [m for r in results for m in (r.get("merged_from") or [{
-        "measured_at": r["machine"]["measured_at"], "sizes": sorted({p["size"] for p in r["points"]}),
-        "load_before": r.get("load_before")}])]
+    out["merged_from"] = [m for r in results for m in (r.get("merged_from") or [_run_entry(r)])]
     out["checks"] = checks_for(out["points"])
     out["target_results"] = targets_for(out["points"])
     out["summary"] = summary_for(out["points"])
@@ -733,7 +738,8 @@ def plot(result: dict, out: Path) -> Path:
     ax1.legend(fontsize=6.5, ncol=2)
     ax2.legend(fontsize=7)
     loads = [p["ingest"]["load_after"][0] for p in result["points"]] or [0]
-    date = result["machine"]["measured_at"][:10]
+    dates = sorted({r["measured_at"][:10] for r in result.get("merged_from") or [_run_entry(result)]})
+    date = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
     fig.suptitle(f"Knowledge base at scale: MiniLM 384-d, Qdrant embedded engine, {result['machine']['cpus']} cores shared "
                  f"(load average {min(loads):.0f}-{max(loads):.0f}: timings are upper bounds), {date}", fontsize=9)
     fig.tight_layout()
@@ -766,16 +772,24 @@ def _targets_text(result: dict) -> str:
     return "\n".join(out)
 
 
+def _runs_text(result: dict) -> str:
+    """Which runs a (merged) result holds: "1,000,000 chunks (int8) on 2026-12-05 (load average 1.0
+    at the start); ..." (the quantizations when the run recorded them)."""
+    runs = result.get("merged_from") or [_run_entry(result)]
+
+    def _when(r: dict) -> str:  # "1,000,000 chunks (int8) on 2026-12-05 (load average 1.0 at the start)"
+        quants = f" ({', '.join(_q(q).split(' (')[0] for q in r['quantizations'])})" if r.get("quantizations") else ""
+        load = f" (load average {r['load_before'][0]:.1f} at the start)" if r.get("load_before") else ""
+        return f"{', '.join(f'{s:,}' for s in r['sizes'])} chunks{quants} on {r['measured_at'][:10]}{load}"
+
+    return "; ".join(_when(r) for r in runs)
+
+
 def tables(result: dict) -> str:
     """The composition, build and query tables of a run, as Markdown (what docs/scale.md shows)."""
     gib = 1024 ** 3
     comp = result["composition"]
-    runs = result.get("merged_from") or [{"measured_at": result["machine"]["measured_at"],
-                                          "sizes": sorted({p["size"] for p in result["points"]}),
-                                          "load_before": result.get("load_before")}]
-    when = "; ".join(f"{', '.join(f'{s:,}' for s in r['sizes'])} chunks on {r['measured_at'][:10]} "
-                     f"(load average {r['load_before'][0]:.1f} at the start)" if r.get("load_before")
-                     else f"{', '.join(f'{s:,}' for s in r['sizes'])} chunks on {r['measured_at'][:10]}" for r in runs)
+    when = _runs_text(result)
     lines = [f"Measured: {when}; engine `{result['engine']}`, {result['queries']['n']} held-out questions, "
              f"k = {result['k']}, {result['machine']['cpus']} cores shared with other jobs. Every timing below "
              f"was taken under that load (the last column of the build table: the 1-minute load average after "

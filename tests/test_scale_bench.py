@@ -126,6 +126,10 @@ def test_merge_keeps_every_runs_date_and_load_and_a_later_point_replaces_an_earl
         ("09:00", [10_000], 25.0), ("10:00", [10_000], 29.0), ("12:00", [10_000, 100_000], 7.5)]
     assert [(p["size"], p["quantization"], p["measured"]) for p in m["points"]] == [
         (10_000, "none", "c"), (10_000, "binary", ""), (100_000, "int8", "")]  # c's 10k float32 replaced a's
+    # ... and the page's first line says which quantizations each run measured
+    assert [r["quantizations"] for r in m["merged_from"]] == [["none"], ["binary"], ["none", "int8"]]
+    assert ("10,000 chunks (binary) on 2026-12-05 (load average 29.0 at the start); "
+            "10,000, 100,000 chunks (float32, int8) on 2026-12-05") in scale._runs_text(m)
     # the targets are judged at the largest size only: int8 0.94 < 0.95 and p95 30 ms > 25 ms both miss
     assert m["target_results"]["size"] == 100_000
     assert m["target_results"]["recall@10_int8_access_5"]["met"] is False
