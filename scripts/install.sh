@@ -60,6 +60,9 @@ case "$tv" in 2.13.0*) ;; *) echo "install: torch was replaced by $tv; expected 
 if "$VENV/bin/python" -c 'import torchvision' 2>/dev/null; then
   echo "install: removing torchvision (it breaks transformers beside the CPU torch)"; $PIP uninstall -y -q torchvision
 fi
+# ranx's IR metrics are numba functions compiled on first use and cached in the venv: compile
+# them here (about a minute) so the first test run or `invoke eval` on this venv does not.
+"$VENV/bin/python" -c 'from adiyan.eval.ir_metrics import warm_up; warm_up()'
 "$VENV/bin/python" -m ipykernel install --sys-prefix --name adiyan --display-name "Python (adiyan)" >/dev/null
 echo "$want" > "$stamp"
 echo "install: done in $(( $(date +%s) - start )) s"

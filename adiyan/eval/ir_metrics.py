@@ -19,6 +19,7 @@ see the same input:
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from typing import Iterable, Mapping, Sequence
@@ -141,11 +142,34 @@ def per_query_numpy(qrels: Qrels, run: Run, metric: str) -> dict[str, float]:
 
 
 # -- ranx ---------------------------------------------------------------------------------------
+# ranx holds document ids as NumPy fixed-width strings, and numba compiles its kernels once per
+# width (the longest id of the data): a new data set meant a new compilation, seconds per metric
+# call. Every id is renamed, before ranx sees it, to one width: its number in this process's id
+# table, zero-padded. The metrics only compare ids for equality, so the numbers are unchanged, and
+# the kernels compiled once (``warm_up``, at install) serve every data set. The table grows with the
+# distinct ids a process evaluates (about 150 bytes each: 150 MB for a million).
+_DOC_IDS: dict[str, str] = {}
+_NEXT_ID = itertools.count()
+_ID_WIDTH = 12
+
+
+def _doc_id(doc: str) -> str:
+    fixed = _DOC_IDS.get(doc)
+    if fixed is None:  # setdefault: two threads naming the same id get the same number
+        fixed = _DOC_IDS.setdefault(doc, f"{next(_NEXT_ID):0{_ID_WIDTH}d}")
+    return fixed
+
+
+def _ranx_qrels(judged: Mapping[str, Mapping[str, int]]):
+    return _ranx().Qrels({q: {_doc_id(d): r for d, r in docs.items()} for q, docs in judged.items()})
+
+
 def _ranx_objects(qrels: Qrels, run: Run, name: str = "run"):
     judged = _judged(qrels)
     canon = _canonical_run(run, judged)
-    q = _ranx().Qrels(judged)
-    r = _ranx().Run({qid: docs for qid, docs in canon.items() if docs}, name=name)
+    q = _ranx_qrels(judged)
+    r = _ranx().Run({qid: {_doc_id(d): s for d, s in docs.items()} for qid, docs in canon.items() if docs},
+                    name=name)
     return q, r.make_comparable(q)  # empty rankings for judged queries the run left out
 
 
@@ -203,7 +227,7 @@ def compare_runs(qrels: Qrels, runs: Mapping[str, Run], metrics: Iterable[str] =
     scores = {n: {m: float(np.mean(list(per[n][m].values()))) for m in metrics} for n in names}
     p_values: dict[str, dict[str, float]] = {}
     if stat_test == "student" and len(names) > 1:
-        q = _ranx().Qrels(_judged(qrels))
+        q = _ranx_qrels(_judged(qrels))
         ranx_runs = [_ranx_objects(qrels, runs[n], name=n)[1] for n in names]
         report = _ranx().compare(q, ranx_runs, metrics, stat_test="student", max_p=max_p,
                                rounding_digits=6).to_dict()
@@ -277,3 +301,19 @@ def mcnemar_p(b: int, c: int) -> float | None:
     from scipy.stats import binomtest  # noqa: PLC0415
 
     return float(f"{binomtest(b, b + c, 0.5).pvalue:.4g}")
+
+
+def warm_up() -> None:
+    """Compile ranx's numba kernels once, into the venv's numba cache, so the first metric a
+    fresh install computes does not pay for it. scripts/install.sh calls this; without it the
+    first test run (or ``invoke eval``) on a new venv spends about a minute compiling.
+    Binary and graded relevance, a cut and a whole ranking, a query the run leaves out, the mean
+    and the per-query path and ranx's ``compare``: the calls the package makes (document ids all
+    have one width, ``_doc_id``, so these kernels serve every data set)."""
+    qrels = {"q1": {"a": 2, "b": 1}, "q2": {"c": 1}, "q3": {"d": 1}}
+    run = {"q1": {"a": 0.9, "x": 0.5, "b": 0.4}, "q2": {"c": 0.3, "y": 0.8}}
+    metrics = [f"{m}@10" for m in SUPPORTED] + ["recall@100", "ndcg"]
+    evaluate_run(qrels, run, metrics)
+    per_query(qrels, run, "ndcg@10")
+    other = {"q1": {"b": 0.9, "a": 0.1}, "q2": {"y": 0.2}, "q3": {"d": 1.0}}
+    compare_runs(qrels, {"a": run, "b": other}, ["ndcg@10", "recall@10"], stat_test="student")
