@@ -17,6 +17,7 @@ import hashlib
 import json
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -24,6 +25,33 @@ from typing import Sequence
 import numpy as np
 
 from .types import Kind
+
+
+SQLITE_TIMEOUT = 60.0  # seconds a connection waits for another process's lock
+
+
+def connect_wal(path: str | Path, *, timeout: float = SQLITE_TIMEOUT) -> sqlite3.Connection:
+    """A SQLite connection in WAL mode, safe when several processes open one new file at once.
+
+    The busy timeout covers reads and writes but not the switch into WAL: while another process
+    holds a file that is not in WAL mode yet (opening or switching it itself), ``PRAGMA
+    journal_mode=WAL`` fails at once with "database is locked" (measured: 4 processes creating one
+    file together, 14 of 100 tries; two Ray sweep points creating one fresh cache failed CI this
+    way). So the switch is retried until ``timeout``; on a file already in WAL mode it is a no-op.
+    """
+    conn = sqlite3.connect(path, timeout=timeout)
+    deadline, delay = time.monotonic() + timeout, 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return conn
+        except sqlite3.OperationalError as exc:
+            busy = (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_BUSY  # any extended BUSY code
+            if not busy or time.monotonic() >= deadline:
+                conn.close()
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
 
 
 def embedder_identity(embedder) -> str:
@@ -66,8 +94,7 @@ class EmbeddingCache:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=60)
-            conn.execute("PRAGMA journal_mode=WAL")
+            conn = connect_wal(self.path)
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
         return conn
@@ -217,8 +244,7 @@ class CallCache:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=60)
-            conn.execute("PRAGMA journal_mode=WAL")
+            conn = connect_wal(self.path)
             self._local.conn = conn
         return conn
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ..cache import connect_wal
 from ..types import Requester
 
 SCHEMA = """
@@ -79,8 +80,7 @@ class RawStore:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.db_path, timeout=60)
-            conn.execute("PRAGMA journal_mode=WAL")
+            conn = connect_wal(self.db_path)
             self._local.conn = conn
         return conn
 
