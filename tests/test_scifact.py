@@ -3,8 +3,9 @@
 
 Slow: BM25 indexes 5,183 abstracts; all-MiniLM-L6-v2 embeds them (about 5-15 minutes on 2 cores
 the first time, then cache look-ups: the project's embedding cache in .cache/adiyan is shared
-with benchmarks/scifact.py); the re-rank test embeds the ~3,200 unique top-20 hybrid candidates
-with all-mpnet-base-v2 (about 45 minutes cold, seconds once cached).
+with benchmarks/scifact.py); the re-rank test embeds the top-5 hybrid candidates of the first 60
+queries (254 abstracts) with all-mpnet-base-v2 (about two minutes cold, seconds once cached; the
+~3,200 top-20 candidates of all 300 queries take about 45 minutes).
 """
 
 from __future__ import annotations
@@ -109,9 +110,9 @@ def test_hnsw_recall_reaches_exact_at_moderate_ef(dense):
 
 
 def test_rerank_top_n_with_mpnet(scifact, hybrid_run, settings):
-    """Re-ranks the hybrid's top N (default 5) for the first Q test queries (default 100, by query
-    id): all-mpnet-base-v2 embeds every candidate abstract, ~340 of them for 100 queries (a few minutes
-    cold on 2 cores; all 300 queries embed ~1,000 and took 481 s of CI's test stage).
+    """Re-ranks the hybrid's top N (default 5) for the first Q test queries (default 60, by query
+    id): all-mpnet-base-v2 embeds every candidate abstract, 254 of them for 60 queries (about two
+    minutes cold on 2 cores; 100 queries embed 437 and took 237 s of CI's test stage, all 300 took 481 s).
     ADIYAN_SCIFACT_RERANK_QUERIES=300 and ADIYAN_SCIFACT_RERANK_TOP=20 test the benchmark's figures."""
     import os
 
@@ -119,7 +120,7 @@ def test_rerank_top_n_with_mpnet(scifact, hybrid_run, settings):
     from adiyan.retrieval import BiEncoderReranker, rerank
 
     top_n = int(os.environ.get("ADIYAN_SCIFACT_RERANK_TOP", "5"))
-    n_queries = int(os.environ.get("ADIYAN_SCIFACT_RERANK_QUERIES", "100"))
+    n_queries = int(os.environ.get("ADIYAN_SCIFACT_RERANK_QUERIES", "60"))
     qids = sorted(hybrid_run, key=lambda q: (len(q), q))[:n_queries]
     run = {q: hybrid_run[q] for q in qids}
     qrels = {q: scifact.qrels[q] for q in qids if q in scifact.qrels}
@@ -134,17 +135,20 @@ def test_rerank_top_n_with_mpnet(scifact, hybrid_run, settings):
     assert stats["pairs"] == top_n * len(qids)
     assert np.isfinite(list(out[qids[0]].values())).all()
     # Against the hybrid it re-ranks (0.716 on all 300): all-mpnet-base-v2 is the weaker ranker (0.656
-    # alone), so re-ranking by it costs nDCG@10, by an amount measured on this copy (issue 4's note, all
-    # 300 queries: top 5 0.699, top 20 0.6746; the first 100 queries: measured 5 Dec 2026, see below).
-    # The loss is pinned: losing 0.07 (the old floor of 0.646 allowed it) fails.
-    measured_delta = {(5, 300): 0.699 - 0.7162, (20, 300): 0.6746 - 0.7162, (5, 100): 0.7676 - 0.7759}
+    # alone), so re-ranking by it costs nDCG@10 on all 300 queries, by an amount measured on this copy
+    # (issue 4's note: top 5 0.699, top 20 0.6746). On the first queries the sign is sample noise: the
+    # first 100 lose 0.008 (measured 5 Dec 2026), the first 60 gain 0.021 (0.8192 -> 0.8400, measured
+    # 6 Dec 2026, the same run reproducing the 100-query figures). Each delta is pinned: a re-rank that
+    # changed nothing, or changed the order differently, fails.
+    measured_delta = {(5, 300): 0.699 - 0.7162, (20, 300): 0.6746 - 0.7162, (5, 100): 0.7676 - 0.7759,
+                      (5, 60): 0.8400 - 0.8192}
     if (top_n, len(qids)) not in measured_delta:
         pytest.fail(f"no measured re-rank delta for top {top_n} of {len(qids)} queries; measured: {sorted(measured_delta)}")
     delta = got["ndcg@10"] - base["ndcg@10"]
     print(f"rerank top {top_n} of {len(qids)} queries: base {base['ndcg@10']:.4f} reranked {got['ndcg@10']:.4f} delta {delta:+.4f}")
     # the computation is deterministic (same model, same data): a tolerance of 0.003 leaves room for
-    # float noise only, so a re-rank that changed nothing (delta 0) fails on the 100-query default
-    assert delta == pytest.approx(measured_delta[(top_n, len(qids))], abs=0.003 if len(qids) == 100 else 0.01), \
+    # float noise only, so a re-rank that changed nothing (delta 0) fails on the 60-query default
+    assert delta == pytest.approx(measured_delta[(top_n, len(qids))], abs=0.003 if len(qids) in (60, 100) else 0.01), \
         (got, base)
     reordered = [q for q in qids if list(out[q])[:top_n] != sorted(run[q], key=lambda d: -run[q][d])[:top_n]]
     assert reordered, "the re-ranker left every block in first-stage order"
