@@ -129,65 +129,41 @@ def test_call_caches_are_built_by_one_factory(tmp_path):
     assert not by_hand, f"CallCache built by hand (use adiyan.cache.call_cache): {by_hand}"
 
 
-def _open_together(folder: str, trials: int, wal_helper: bool, barrier, results) -> None:
-    """One of several processes: for each trial, wait for the others, then open (create) the same
-    fresh file, make the cache table and write to it; record "ok" or the error."""
-    import sqlite3
 
-    from adiyan.cache import connect_wal
-
-    for t in range(trials):
-        barrier.wait()
-        try:
-            if wal_helper:
-                conn = connect_wal(f"{folder}/{t}.sqlite")
-            else:  # how every cache opened its file before connect_wal
-                conn = sqlite3.connect(f"{folder}/{t}.sqlite", timeout=60)
-                conn.execute("PRAGMA journal_mode=WAL")
-            with conn:
-                conn.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-                conn.executemany("INSERT OR REPLACE INTO calls VALUES (?, ?)", [(str(i), "v") for i in range(50)])
-            conn.close()
-            results.put((t, "ok"))
-        except sqlite3.OperationalError as exc:
-            results.put((t, str(exc)))
-
-
-def _race(folder, wal_helper: bool, procs: int = 4, trials: int = 40) -> list[tuple[int, str]]:
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    barrier, results = ctx.Barrier(procs), ctx.Queue()
-    workers = [ctx.Process(target=_open_together, args=(str(folder), trials, wal_helper, barrier, results))
-               for _ in range(procs)]
-    for w in workers:
-        w.start()
-    out = [results.get(timeout=120) for _ in range(procs * trials)]
-    for w in workers:
-        w.join(timeout=60)
-    return out
-
-
-def test_processes_creating_one_cache_file_together_all_open_it(tmp_path):
+def test_a_cache_file_another_connection_holds_opens_once_it_is_released(tmp_path):
     """Two Ray sweep points creating one fresh cache failed CI with "database is locked": SQLite's
-    busy timeout does not cover the switch into WAL mode. Four processes create 40 fresh files in
-    lock step; with connect_wal every open succeeds and every file ends in WAL mode with its rows."""
+    busy timeout does not cover the switch into WAL mode while another connection holds the file's
+    write lock (it fails at once, to avoid a deadlock). Made deterministic here: a connection holds
+    the write lock of a file not yet in WAL mode. The plain pragma fails at once despite its
+    60 s timeout; connect_wal waits until the holder commits; a holder that never lets go still
+    ends in the error, after connect_wal's timeout."""
     import sqlite3
+    import threading
+    import time
 
     import pytest
 
-    (tmp_path / "plain").mkdir()
-    (tmp_path / "helper").mkdir()
-    plain = _race(tmp_path / "plain", wal_helper=False)
-    helper = _race(tmp_path / "helper", wal_helper=True)
-    assert [r for r in helper if r[1] != "ok"] == []
-    for t in range(40):
-        conn = sqlite3.connect(tmp_path / "helper" / f"{t}.sqlite")
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 50
-        conn.close()
-    # the control: the same lock step with the plain pragma must hit the race, or this was no test
-    failed = [r for r in plain if r[1] != "ok"]
-    if not failed:
-        pytest.skip("the lock step did not provoke the WAL-switch race on this machine: not a test here")
-    assert {msg for _, msg in failed} == {"database is locked"}
+    from adiyan.cache import connect_wal
+
+    path = tmp_path / "fresh.sqlite"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # the write lock, as another process creating the file holds it
+    plain = sqlite3.connect(path, timeout=60)
+    t0 = time.perf_counter()
+    with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+        plain.execute("PRAGMA journal_mode=WAL")
+    assert time.perf_counter() - t0 < 5  # at once: the 60 s busy timeout was not used
+    plain.close()
+
+    t0 = time.perf_counter()
+    with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+        connect_wal(path, timeout=0.5)  # still held: the error, after the timeout
+    assert time.perf_counter() - t0 >= 0.5
+
+    threading.Timer(0.5, holder.execute, ("COMMIT",)).start()
+    t0 = time.perf_counter()
+    conn = connect_wal(path, timeout=60)
+    assert time.perf_counter() - t0 >= 0.4  # it waited for the holder
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+    holder.close()
