@@ -667,6 +667,15 @@ def run(sizes=SIZES, quants=QUANTS, n_queries: int = 500, *, engine: str = "edge
     return result
 
 
+# What the plot's legend and the docs' "Measured:" line call each quantization.
+QUANT_NAMES = {"none": "float32", "int8": "int8", "binary": "binary", "binary_symmetric": "binary, binarised queries"}
+
+
+def _runs(result: dict) -> list[dict]:
+    """The runs a result was measured in: a merge's ``merged_from``, else the result itself as one run."""
+    return result.get("merged_from") or [_run_entry(result)]
+
+
 def _run_entry(r: dict) -> dict:
     """One run as ``merge`` records it: when, which sizes and quantizations, the load at the start."""
     return {"measured_at": r["machine"]["measured_at"], "sizes": sorted({p["size"] for p in r["points"]}),
@@ -688,7 +697,7 @@ def merge(results: list[dict]) -> dict:
     points = {(p["size"], p["quantization"]): p for r in results for p in r["points"]}  # a later run's point wins
     out = {**first, "points": sorted(points.values(), key=lambda p: (p["size"], ALL_QUANTS.index(p["quantization"])))}
     # a run that is itself a merge contributes the runs it was made of (so every run keeps its date and load)
-    out["merged_from"] = [m for r in results for m in (r.get("merged_from") or [_run_entry(r)])]
+    out["merged_from"] = [m for r in results for m in _runs(r)]
     out["checks"] = checks_for(out["points"])
     out["target_results"] = targets_for(out["points"])
     out["summary"] = summary_for(out["points"])
@@ -707,7 +716,6 @@ def plot(result: dict, out: Path) -> Path:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.4))
     colours = {"none": "C0", "int8": "C1", "binary": "C2", "binary_symmetric": "C3"}
-    names = {"none": "float32", "int8": "int8", "binary": "binary", "binary_symmetric": "binary, binarised queries"}
     for quant in ALL_QUANTS:
         pts = sorted((p for p in result["points"] if p["quantization"] == quant), key=lambda p: p["size"])
         if not pts:
@@ -720,9 +728,9 @@ def plot(result: dict, out: Path) -> Path:
         for f, stat, style, marker in (("all", "p50_ms", "-", "o"), ("all", "p95_ms", "--", "s"),
                                        ("access_5", "p95_ms", ":", "^")):
             ax1.plot(sizes, [row(p, f)[stat] for p in pts], style, marker=marker, color=colours[quant],
-                     label=f"{names[quant]} {stat[:3]}, {'no filter' if f == 'all' else '5% filter'}")
+                     label=f"{QUANT_NAMES[quant]} {stat[:3]}, {'no filter' if f == 'all' else '5% filter'}")
         ram = [p["ram"]["query_process_default"]["after_queries"]["rss_mib"] / 1024 for p in pts]
-        ax2.plot(sizes, ram, "-", marker="o", color=colours[quant], label=f"{names[quant]}: query process")
+        ax2.plot(sizes, ram, "-", marker="o", color=colours[quant], label=f"{QUANT_NAMES[quant]}: query process")
         if quant == "none":
             models = [p["ram"]["query_process_default"]["models_only"]["rss_mib"] / 1024 for p in pts]
             ax2.plot(sizes, models, "--", color="grey", label="the same process, model only")
@@ -738,7 +746,7 @@ def plot(result: dict, out: Path) -> Path:
     ax1.legend(fontsize=6.5, ncol=2)
     ax2.legend(fontsize=7)
     loads = [p["ingest"]["load_after"][0] for p in result["points"]] or [0]
-    dates = sorted({r["measured_at"][:10] for r in result.get("merged_from") or [_run_entry(result)]})
+    dates = sorted({r["measured_at"][:10] for r in _runs(result)})
     date = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
     fig.suptitle(f"Knowledge base at scale: MiniLM 384-d, Qdrant embedded engine, {result['machine']['cpus']} cores shared "
                  f"(load average {min(loads):.0f}-{max(loads):.0f}: timings are upper bounds), {date}", fontsize=9)
@@ -775,14 +783,12 @@ def _targets_text(result: dict) -> str:
 def _runs_text(result: dict) -> str:
     """Which runs a (merged) result holds: "1,000,000 chunks (int8) on 2026-12-05 (load average 1.0
     at the start); ..." (the quantizations when the run recorded them)."""
-    runs = result.get("merged_from") or [_run_entry(result)]
-
     def _when(r: dict) -> str:  # "1,000,000 chunks (int8) on 2026-12-05 (load average 1.0 at the start)"
-        quants = f" ({', '.join(_q(q).split(' (')[0] for q in r['quantizations'])})" if r.get("quantizations") else ""
+        quants = f" ({', '.join(QUANT_NAMES[q] for q in r['quantizations'])})" if r.get("quantizations") else ""
         load = f" (load average {r['load_before'][0]:.1f} at the start)" if r.get("load_before") else ""
         return f"{', '.join(f'{s:,}' for s in r['sizes'])} chunks{quants} on {r['measured_at'][:10]}{load}"
 
-    return "; ".join(_when(r) for r in runs)
+    return "; ".join(_when(r) for r in _runs(result))
 
 
 def tables(result: dict) -> str:
