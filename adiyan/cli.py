@@ -16,6 +16,8 @@ from .config import ConfigError, load_settings, parse_set
 from .eval.compare import CompareError, compare_runs, resolve_run
 from .eval.compare import summary_lines as compare_summary
 from .eval.floors import DEFAULT_CALIBRATION_SET, calibrate_floor
+from .eval.evalset import EvalsetError
+from .eval.hallucination import HallucinationSetError, hallucination_lines, load_ragtruth, validate_checker
 from .eval.harness import close_index, open_index
 from .eval.incidents import format_table, replay_all, write_results
 from .eval.incidents import summary as incident_summary
@@ -25,7 +27,11 @@ from .eval.meta_eval_report import write_report as write_meta_eval_report
 from .eval.runner import RegressionFailed, run_eval, summary_lines
 from .factory import open_kb, open_retriever
 from .kb import DocumentNotFound, IngestError, IngestItem
+from .models.base import ModelAssetError
 from .models.check import check_models
+from .models.checker import CHECKER_DIR, ClaimChecker
+from .models.checker_train import DEFAULT_PAIRS as CHECKER_PAIRS
+from .models.checker_train import train as train_checker
 from .report.index import write_index
 from .retrieval.floor import FLOORS_FILE, save_floor
 from .retrieval import UnsupportedSetting
@@ -58,6 +64,9 @@ def cmd_eval(args) -> int:
     s = _settings(args)
     try:
         run_dir = run_eval(s, progress=not args.quiet)
+    except EvalsetError as exc:  # a user error: one line, exit 2, no run folder (issue 41)
+        print(f"adiyan: eval.evalset: {exc}", file=sys.stderr)
+        return 2
     except RegressionFailed as exc:
         print("\n".join(summary_lines(exc.run_dir)))
         print(f"adiyan: {exc}", file=sys.stderr)
@@ -257,7 +266,7 @@ def cmd_meta_eval(args) -> int:
     try:
         result = run_meta_eval(s, data_dir=args.data, n_boot=args.bootstrap, embedders=args.embedder or ["minilm"],
                                progress=not args.quiet)
-    except MetaEvalDataError as exc:
+    except (MetaEvalDataError, HallucinationSetError) as exc:
         print(f"adiyan: {exc}", file=sys.stderr)
         return 2
     out = Path(args.output or Path(s.paths.reports_dir) / "meta_eval")
@@ -267,6 +276,61 @@ def cmd_meta_eval(args) -> int:
     print("\n".join(meta_eval_summary(result)))
     print("  written: " + ", ".join(str(p) for p in paths))
     return 0 if result["ragchecker"]["check"]["passed"] else 1
+
+
+def cmd_checker_train(args) -> int:
+    """Train the claim checker (adiyan/models/trained/checker/); the human-labelled sets' source
+    documents are read only to be kept out of training."""
+    s = _settings(args)
+    halueval = Path(args.halueval or Path(s.paths.datasets_dir) / "halueval")
+    if not (halueval / "summarization_data.json").is_file():
+        print(f"adiyan: {halueval}: no HaluEval here (summarization_data.json and qa_data.json are needed)",
+              file=sys.stderr)
+        return 2
+    exclude, notes = [], []
+    for folder in args.exclude or [str(Path(s.paths.datasets_dir) / "ragtruth_dev")]:
+        try:
+            items = load_ragtruth(folder)
+        except HallucinationSetError as exc:
+            print(f"adiyan: --exclude {exc}", file=sys.stderr)
+            return 2
+        exclude.extend(r.source for r in items)
+        notes.append(f"{Path(folder).name}: {len({r.source_id for r in items})} sources")
+    out = Path(args.output) if args.output else CHECKER_DIR
+    card = train_checker(halueval, out_dir=out, n_pairs=args.pairs, seed=args.seed, epochs=args.epochs,
+                         exclude_sources=exclude, exclude_note="HaluEval documents opening like a source of "
+                         + ", ".join(notes), progress=not args.quiet)
+    print(json.dumps(card["figures"], indent=1))
+    print(f"  written: {out} (weights sha256 {card['weights_sha256'][:16]}, {card['trained_on']['seconds']} s)")
+    return 0
+
+
+def cmd_checker_validate(args) -> int:
+    """The checker and the lexical baseline against a RAGTruth-format folder (response-level and span F1)."""
+    s = _settings(args)
+    folder = Path(args.data or Path(s.paths.datasets_dir) / "ragtruth_dev")
+    try:
+        checker = ClaimChecker.load(Path(args.model)) if args.model else None
+        result = validate_checker(folder, threshold=args.threshold, resamples=args.bootstrap, checker=checker,
+                                  progress=not args.quiet)
+    except HallucinationSetError as exc:
+        print(f"adiyan: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(hallucination_lines(result)))
+    if args.card:  # the committed checker's card records its figures on human labels
+        folder = Path(args.model) if args.model else CHECKER_DIR
+        card = json.loads((folder / "card.json").read_text(encoding="utf-8"))
+        card["validation"] = {"command": f"adiyan checker validate --data {args.data or 'ragtruth_dev'} --card",
+                              "data": Path(result["data"]).name, "responses": result["responses"],
+                              "labels": result["labels"],
+                              **{name: {k: v for k, v in result[name].items() if k != "_supports"}
+                                 for name in ("checker", "lexical")}}
+        (folder / "card.json").write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
+        print(f"  card: {folder / 'card.json'}")
+    if args.output:
+        Path(args.output).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        print(f"  written: {args.output}")
+    return 0
 
 
 def _table(rows) -> str:
@@ -355,6 +419,29 @@ def main(argv: list[str] | None = None) -> int:
     pme.add_argument("--write-registry", action="store_true", help="also write adiyan/human_correlation.yaml")
     pme.add_argument("--quiet", action="store_true")
     pme.set_defaults(fn=cmd_meta_eval)
+    pck = sub.add_parser("checker", help="the claim checker: train it, or validate it on human hallucination labels")
+    cksub = pck.add_subparsers(dest="checkercmd", required=True)
+    pct = cksub.add_parser("train", help="fine-tune MiniLM as the claim checker on CPU (seeded; writes "
+                           "adiyan/models/trained/checker/ and its card)")
+    pct.add_argument("--halueval", help="HaluEval folder (default <paths.datasets_dir>/halueval)")
+    pct.add_argument("--exclude", action="append", help="a RAGTruth-format folder whose sources are kept out of "
+                     "training (repeatable; default <paths.datasets_dir>/ragtruth_dev)")
+    pct.add_argument("--pairs", type=int, default=CHECKER_PAIRS, help="synthetic training pairs")
+    pct.add_argument("--epochs", type=float, default=1.0)
+    pct.add_argument("--seed", type=int, default=0)
+    pct.add_argument("--output", help="folder for the weights and card (default: the committed checker's)")
+    pct.add_argument("--quiet", action="store_true")
+    pct.set_defaults(fn=cmd_checker_train)
+    pcv = cksub.add_parser("validate", help="the checker and a lexical baseline against a RAGTruth-format folder")
+    pcv.add_argument("--data", help="folder with response.jsonl + source_info.jsonl (default ragtruth_dev)")
+    pcv.add_argument("--threshold", type=float, default=None, help="P(supported) below which a claim is "
+                     "unsupported (default the committed one)")
+    pcv.add_argument("--bootstrap", type=int, default=1000)
+    pcv.add_argument("--model", help="a checker folder (default: the committed one)")
+    pcv.add_argument("--card", action="store_true", help="write the figures into the checker's card.json")
+    pcv.add_argument("--output", help="write the figures as JSON here")
+    pcv.add_argument("--quiet", action="store_true")
+    pcv.set_defaults(fn=cmd_checker_validate)
     add_testset_parser(sub)  # adiyan testset generate | validate (adiyan/testset/cli.py)
     args = p.parse_args(argv)
     try:
@@ -363,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"adiyan: configuration error: {exc}", file=sys.stderr)
         return 2
     except UnsupportedSetting as exc:
+        print(f"adiyan: {exc}", file=sys.stderr)
+        return 2
+    except ModelAssetError as exc:  # a model's files missing or damaged: named, not a traceback
         print(f"adiyan: {exc}", file=sys.stderr)
         return 2
 

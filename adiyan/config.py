@@ -11,6 +11,8 @@ scalars, so ``8`` is an int and ``true`` a bool. Unknown keys are errors, never 
 
 from __future__ import annotations
 
+import difflib
+
 import hashlib
 import json
 import os
@@ -249,16 +251,18 @@ class EvalConfig(_Section):
     judge_temperature: float = Field(0.0, ge=0.0)
     incidents: bool = True  # replay the five incidents as part of the run
     # The LLM judge: an LLM name as in llm.name (smollm2, ollama:NAME, openai-compatible:URL), or
-    # None for no LLM-judged metrics. The embedded smollm2 is no judge (0 of 40 calibration pairs); its
-    # calibration says so and its metrics are marked unreliable. Point this at a capable model.
+    # None for no LLM-judged metrics. It is calibrated first on labelled pairs (cached); its judged
+    # metrics are computed only when the calibration clears judge_reliable_agreement, otherwise the
+    # run names it (judge_unreliable) and the claim checker's metrics (group claims) measure the
+    # answers. The embedded smollm2 does not clear it (early stop after a few pairs, seconds when cached).
     judge: str | None = "smollm2"
     judge_url: str | None = None
     judge_model: str | None = None
     judge_timeout_s: float = Field(60.0, gt=0)
     judge_max_tokens: int = Field(192, ge=16)
     judge_sample: int | None = Field(20, ge=1)  # LLM-judged metrics on this many questions (None = all)
-    # A judge that is not reliable scores this many only: its metrics are shown struck, they
-    # prove the wiring (None = judge_sample). Each judged mean is reported with its n.
+    # invoke meta-eval only: a judge its authored pairs find unreliable scores this many instances
+    # (struck, they prove the wiring; None = judge_sample). invoke eval and sweeps skip such a judge.
     judge_sample_unreliable: int | None = Field(2, ge=1)
     # labelled pairs: half correct, half corrupted fact / unsupported addition / wrong source
     judge_calibration_pairs: int = Field(40, ge=2)
@@ -328,17 +332,25 @@ def _parse_scalar(text: str) -> Any:
 FREE_KEYED = ("score_floors", "fusion_weights")
 
 
+def _did_you_mean(name: str, known: list[str], prefix: list[str]) -> str:
+    """``; did you mean `retrieval.mode`?`` for the closest known name, or nothing."""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f"; did you mean `{'.'.join([*prefix, close[0]])}`?" if close else ""
+
+
 def _set_path(data: dict, parts: list[str], value: Any, *, source: str) -> None:
     node = data
     for i, part in enumerate(parts[:-1]):
         if not isinstance(node.get(part), dict):
-            known = ", ".join(k for k, v in node.items() if isinstance(v, dict))
-            raise ConfigError(f"{source}: unknown section {'.'.join(parts[: i + 1])!r} (sections: {known})")
+            sections = [k for k, v in node.items() if isinstance(v, dict)]
+            raise ConfigError(f"{source}: unknown section {'.'.join(parts[: i + 1])!r}"
+                              f"{_did_you_mean(part, sections, parts[:i])} (sections: {', '.join(sections)})")
         node = node[part]
     leaf = parts[-1]
     if leaf not in node and not (len(parts) >= 2 and parts[-2] in FREE_KEYED):
         raise ConfigError(
-            f"{source}: unknown key {'.'.join(parts)!r}; known here: {', '.join(sorted(node))}"
+            f"{source}: unknown key {'.'.join(parts)!r}{_did_you_mean(leaf, list(node), parts[:-1])}; "
+            f"known here: {', '.join(sorted(node))}"
         )
     node[leaf] = value
 

@@ -127,6 +127,16 @@ SCORED: dict[str, tuple[Metric, ...]] = {
         _m("ragas", "bleu_score", HIGHER, **_UNIT, description="sacreBLEU of the answer against the gold answer (one segment, /100)"),
         _m("ragas", "chrf_score", HIGHER, **_UNIT, description="sacreBLEU chrF (character 6-grams, beta 2) of the answer against the gold answer, /100"),
     ),
+    "claims": (  # the trained claim checker (adiyan/eval/claims.py), per question too (questions.jsonl "claims")
+        _m("claims", "claim_faithfulness", HIGHER, **_UNIT, description="share of the answer's claims the retrieved context supports (the trained claim checker; abstentions have none)"),
+        _m("claims", "claim_hallucination", LOWER, **_UNIT, description="answers with at least one claim the retrieved context does not support"),
+        _m("claims", "claim_precision", HIGHER, **_UNIT, description="share of the answer's claims the gold answer entails (RAGChecker's precision, the claim checker as entailment)"),
+        _m("claims", "claim_recall", HIGHER, **_UNIT, description="share of the gold answer's claims the answer entails (RAGChecker's recall)"),
+        _m("claims", "claim_f1", HIGHER, **_UNIT, description="harmonic mean of claim precision and claim recall"),
+        _m("claims", "claim_context_utilisation", HIGHER, **_UNIT, description="of the gold claims the context supports, the share the answer states (RAGChecker)"),
+        _m("claims", "claim_noise_sensitivity", LOWER, **_UNIT, description="share of the answer's claims the gold answer does not entail but the context supports (RAGChecker)"),
+        _m("claims", "claims_checked", NEUTRAL, lo=0.0, description="answer claims the checker scored"),
+    ),
     "conversation": (  # a conversation replay (adiyan/eval/conversations.py), per turn at the turns' times
         _m("conversation", "hit_rate_raw@{k}", HIGHER, **_UNIT, description="turns with a gold source in the top k, the message searched as written"),
         _m("conversation", "hit_rate_rewrite@{k}", HIGHER, **_UNIT, description="the same with the history rewrite (standalone question)"),
@@ -146,7 +156,7 @@ SCORED: dict[str, tuple[Metric, ...]] = {
 }
 # The agent's answers go through the answer and string scorers (adiyan/eval/agent_eval.py): the
 # same entries under ``agent_<group>``.
-AGENT_SCORED = ("answer", "ragas")
+AGENT_SCORED = ("answer", "ragas", "claims")
 AGENT_PREFIX = "agent_"
 
 

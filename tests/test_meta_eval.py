@@ -192,7 +192,7 @@ def test_committed_registry_table_matches_a_fresh_computation(make_settings):
     labels = {a: ME.labels_matrix(instances, a) for a in ASPECTS}
     settings = make_settings(seed=table["seed"])
     fresh = {"rows": MS.offline_rows(instances, labels, settings, n_boot=table["n_bootstrap"], progress=False,
-                                     extras=False),
+                                     extras=False, checker=False),  # the checker's rows: the slow test below
              "method": table["method"], "dataset": {"sha256": table["data_sha256"]},
              "n_bootstrap": table["n_bootstrap"], "seed": table["seed"]}
     want = ME.human_correlation_table(fresh)["metrics"]
@@ -205,6 +205,27 @@ def test_committed_registry_table_matches_a_fresh_computation(make_settings):
     assert table["metrics"]["exact_match"]["status"] == "undefined"
     for name in ("faithfulness", "llm_context_precision", "llm_context_recall", "noise_sensitivity"):
         assert "no retrieved contexts" in table["metrics"][name]["why"]
+
+
+@needs_data
+@pytest.mark.slow
+def test_committed_checker_rows_match_a_fresh_computation(make_settings):
+    """The claim checker's registry rows (claim precision / recall / F1 against the ground truth) hold
+    the figures the committed checker gives on this data today (560 responses scored: slow)."""
+    table = yaml.safe_load(M.HUMAN_CORRELATION_FILE.read_text(encoding="utf-8"))
+    instances = ME.load_meta_set(DATA)
+    labels = {a: ME.labels_matrix(instances, a) for a in ASPECTS}
+    n = len(instances)
+    resps = [i.responses[0] for i in instances] + [i.responses[1] for i in instances]
+    refs = [i.gt_answer for i in instances] * 2
+    rows = MS.checker_rows(instances, labels, resps, refs, n_boot=table["n_bootstrap"], seed=table["seed"],
+                           extras=False)
+    want = ME.human_correlation_table({"rows": rows, "method": table["method"], "n_bootstrap": table["n_bootstrap"],
+                                       "seed": table["seed"], "dataset": {"sha256": table["data_sha256"]}})["metrics"]
+    assert set(want) == {"claim_precision", "claim_recall", "claim_f1"} and len(rows) == 3 and n == 280
+    assert want["claim_f1"]["groups"] == ["claims", "agent_claims"]  # from the registry
+    for name, entry in want.items():
+        assert table["metrics"][name] == entry, name
 
 
 def test_registry_and_report_show_the_measured_correlation():

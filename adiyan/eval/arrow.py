@@ -95,10 +95,12 @@ LISTS = ("gold_sources", "answer_keywords", "ranked_sources")
 def per_question_table(rows: Iterable[Mapping]) -> "pa.Table":
     """Flat, typed columns of the per-question rows of a run: the scalar fields, the list fields,
     ``retrieved_sources`` / ``retrieved_scores`` (the top k), ``leaked_private`` (count) and one
-    ``ragas.<metric>`` column per non-LLM RAGAS value. Absent values are nulls."""
+    ``ragas.<metric>`` column per non-LLM RAGAS value, one ``claims.<metric>`` per claim-checker value.
+    Absent values are nulls."""
     import pyarrow as pa  # heavy: pyarrow (~1 s), only when a run writes its parquet
     rows = list(rows)
     ragas_names = sorted({n for r in rows for n in (r.get("ragas") or {})})
+    claim_names = sorted({n for r in rows for n in (r.get("claims") or {})})
     out = []
     for r in rows:
         rec = {k: r.get(k) for k in SCALARS}
@@ -107,6 +109,7 @@ def per_question_table(rows: Iterable[Mapping]) -> "pa.Table":
         rec["retrieved_scores"] = [c.get("score") for c in r.get("retrieved") or []]
         rec["leaked_private"] = len(r.get("leaked_private") or [])
         rec.update({f"ragas.{n}": (r.get("ragas") or {}).get(n) for n in ragas_names})
+        rec.update({f"claims.{n}": (r.get("claims") or {}).get(n) for n in claim_names})
         out.append(rec)
     schema = pa.schema(
         [("id", pa.string()), ("question", pa.string()), ("kind", pa.string()), ("requester", pa.string()),
@@ -117,7 +120,8 @@ def per_question_table(rows: Iterable[Mapping]) -> "pa.Table":
         + [(k, pa.list_(pa.string())) for k in LISTS]
         + [("retrieved_sources", pa.list_(pa.string())), ("retrieved_scores", pa.list_(pa.float64())),
            ("leaked_private", pa.int64())]
-        + [(f"ragas.{n}", pa.float64()) for n in ragas_names])
+        + [(f"ragas.{n}", pa.float64()) for n in ragas_names]
+        + [(f"claims.{n}", pa.float64()) for n in claim_names])
     return pa.Table.from_pylist(out, schema=schema)
 
 

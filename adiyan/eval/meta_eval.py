@@ -37,7 +37,10 @@ import yaml
 from .. import metrics as M
 from .meta_eval_method import (ASPECTS, MetaInstance, bootstrap_indices, human_agreement,  # noqa: F401
                                metric_row, same_scores)
+from ..models import embedder_from_settings
+from .hallucination import validate_checker
 from .meta_eval_scores import CONTEXT_FREE, judged_part, not_applicable_rows, offline_rows
+from .perturbations import run_battery
 from .ragas_metrics import LLM_METRICS, REQUIRES
 
 HUMAN_FILE = "human_labeled_data.json"
@@ -180,9 +183,13 @@ def reproduction_check(row_or_human: Mapping, published: Mapping) -> dict:
 # ---------------------------------------------------------------- the job
 
 def run_meta_eval(settings, *, data_dir: str | Path | None = None, n_boot: int = DEFAULT_BOOTSTRAP,
-                  embedders: Sequence[str] = ("minilm",), judged: bool | None = None, progress: bool = True) -> dict:
+                  embedders: Sequence[str] = ("minilm",), judged: bool | None = None, progress: bool = True,
+                  hallucination: str | Path | None = None, perturbations: bool = True) -> dict:
     """Every offline answer metric (and, with ``eval.judge`` set, the judged ones) against the human
-    labels, beside the inter-annotator agreement and RAGChecker's recomputed row."""
+    labels, beside the inter-annotator agreement and RAGChecker's recomputed row; the claim checker
+    against people's hallucination labels (``hallucination``: a RAGTruth-format folder, default
+    ``<datasets_dir>/ragtruth_dev`` where it exists) beside the lexical baseline; and the
+    perturbation battery over ClapNQ (``perturbations``)."""
     if n_boot < 100:
         raise ValueError(f"n_boot must be >= 100 for a 95% interval, got {n_boot}")
     folder = Path(data_dir) if data_dir else default_data_dir(settings)
@@ -206,8 +213,15 @@ def run_meta_eval(settings, *, data_dir: str | Path | None = None, n_boot: int =
         rows += judge.pop("rows")
     else:  # these need what the set does not hold, judge or not
         rows += not_applicable_rows([m for m in LLM_METRICS if not set(REQUIRES[m]) <= CONTEXT_FREE])
+    rt = Path(hallucination) if hallucination else Path(settings.paths.datasets_dir) / "ragtruth_dev"
+    halluc = validate_checker(rt, progress=progress) if (hallucination or rt.is_dir()) else None
+    clapnq = Path(settings.paths.datasets_dir) / "clapnq_dev"
+    battery = None
+    if perturbations and (clapnq / "qa.jsonl").is_file():
+        battery = run_battery(clapnq, seed=seed, embedder=embedder_from_settings(settings, progress=False))
     return {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "hallucination": halluc, "perturbations": battery,
         "dataset": {"name": "ragchecker_meta", "path": str(folder), "n_instances": n, "n_labels": 2 * n,
                     "sha256": {f: file_sha256(folder / f) for f in (HUMAN_FILE, RAGCHECKER_FILE)},
                     "sources": sorted({i.dataset for i in instances})},

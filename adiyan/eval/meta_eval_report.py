@@ -12,10 +12,12 @@ from jinja2 import Environment
 from markupsafe import Markup
 
 from ..report import _RC, CSS, _svg
+from .hallucination import hallucination_lines
 from .meta_eval_method import ASPECTS
+from .perturbations import battery_lines
 
 KIND_COLORS = {"reference": "#d95f02", "offline": "#1b9e77", "embedding": "#7570b3", "diagnostic": "#9e9e9e",
-               "judged": "#e7298a"}
+               "judged": "#e7298a", "checker": "#1f78b4"}
 
 
 def _f(v) -> str:
@@ -54,6 +56,10 @@ def summary_lines(result: Mapping) -> list[str]:
             lines.append(f"  {r['metric']:<{width}}  {mark}{r['status'].replace('_', ' ')}: {why}")
             continue
         lines.append(f"  {r['metric']:<{width}}  " + "  ".join(f"{cell_text(r['aspects'][a]):<48}" for a in ASPECTS))
+    if result.get("hallucination"):
+        lines += hallucination_lines(result["hallucination"])
+    if result.get("perturbations"):
+        lines += battery_lines(result["perturbations"])
     judge = result.get("judge")
     if judge:
         for name, cal in judge["calibration"].items():
@@ -112,6 +118,18 @@ Data: <code>{{ r.dataset.path }}</code>, sha256 {% for f, h in r.dataset.sha256.
 {% for key in ("human", "ragchecker") %}{% set p = r.published[key] %}<tr><td>{{ p.label }}</td>{% for a in aspects %}<td class="num">{{ p.figures[a].pearson }} / {{ p.figures[a].spearman }}</td>{% endfor %}<td>{{ p.source }}</td></tr>
 {% endfor %}{% set t = r.published.table_2_other_rows %}<tr><td>{{ t.rows|join(", ") }}</td><td class="na" colspan="{{ aspects|length }}">{{ t.status|replace("_", " ") }}</td><td>{{ t.paper }}: {{ t.why }}</td></tr>
 </table>
+{% if r.hallucination %}{% set h = r.hallucination %}<h2 id="hallucination">The claim checker against people's hallucination labels</h2>
+<p>{{ h.responses }} responses of <code>{{ h.data }}</code> (RAGTruth's format; {{ h.labels }}). A response's score is its weakest claim's support; it is flagged below the threshold. The lexical baseline (each claim's share of content words found in the source, threshold {{ h.lexical.threshold }} fixed in advance) is measured in the same run. Span F1 counts characters of the flagged claims against the labelled spans. Intervals: 95% bootstrap over sources.</p>
+<table><tr><th>detector</th><th>task</th><th>responses</th><th>hallucinated</th><th>AUROC</th><th>precision</th><th>recall</th><th>F1</th><th>span F1</th></tr>
+{% for name in ("checker", "lexical") %}{% set d = h[name] %}{% for task in ("overall", "QA", "Summary", "Data2txt") %}{% if d[task] %}{% set f = d[task] %}<tr><td>{{ name }}{% if name == "checker" %} <span class="kind">{{ d.identity }}, threshold {{ d.threshold }}</span>{% endif %}</td><td>{{ task }}</td><td class="num">{{ f.n }}</td><td class="num">{{ f.hallucinated }}</td>
+<td class="num">{{ f.auroc }}{% if task == "overall" %} [{{ d.overall.ci95.auroc[0] }}, {{ d.overall.ci95.auroc[1] }}]{% endif %}</td><td class="num">{{ f.precision }}</td><td class="num">{{ f.recall }}</td>
+<td class="num">{{ f.f1 }}{% if task == "overall" %} [{{ d.overall.ci95.f1[0] }}, {{ d.overall.ci95.f1[1] }}]{% endif %}</td><td class="num">{{ f.span_f1 }}</td></tr>{% endif %}{% endfor %}{% endfor %}
+</table>{% endif %}
+{% if r.perturbations %}{% set b = r.perturbations %}<h2 id="perturbations">The metrics under attack</h2>
+<p>{{ b['items'] }} correct ClapNQ answers, each perturbed by every family that applies; per metric, the share of perturbations that move it the right way (strictly worse, or within {{ b.same_tolerance }} where it should not move: marked =). "—": the metric cannot see that perturbation (not a test of it). {{ b.judged }}.</p>
+{% set names = b.families.values()|first %}<table><tr><th>family</th><th>n</th>{% for m in names.metrics %}<th>{{ m }}</th>{% endfor %}</tr>
+{% for fam, e in b.families.items() %}<tr><td>{{ fam|replace("_", " ") }}</td><td class="num">{{ e.n }}</td>{% for m, v in e.metrics.items() %}<td class="num">{% if v.rate is none %}—{% else %}{{ "%.2f"|format(v.rate) }}{% if v.expect == "same" %} ={% endif %}{% endif %}</td>{% endfor %}</tr>
+{% endfor %}</table>{% endif %}
 {% if r.judge %}<h2>The judge: {{ r.judge.id }}</h2>
 <table><tr><th>calibration set</th><th>agreement</th><th>95% Wilson interval</th><th>pairs</th><th>failed</th><th>clears {{ r.judge.calibration.authored.reliable_threshold }}?</th></tr>
 {% for name, c in r.judge.calibration.items() %}<tr><td>{{ name|replace("_", " ") }}</td><td class="num">{{ c.agreement }}</td><td class="num">{{ c.ci95_low }} – {{ c.ci95_high }}</td><td class="num">{{ c.n }}</td><td class="num">{{ c.n_failed }}</td><td>{{ "yes" if c.reliable else "no" }}</td></tr>

@@ -31,8 +31,10 @@ from tqdm.auto import tqdm
 
 from ..cache import call_cache
 from ..models import embedder_from_settings
+from ..models.checker import ClaimChecker
 from .. import metrics as M
 from ..types import OWNER
+from .claims import SUPPORT_THRESHOLD, claim_prf_many
 from .harness import close_index, open_index
 from .judge import (PreferencePair, calibrate_preferences, calibrate_reusing, evalset_calibration_pairs,
                     judge_from_settings)
@@ -109,9 +111,10 @@ def _embedder(settings, name: str):
 
 def offline_rows(instances: Sequence[MetaInstance], labels: Mapping[str, np.ndarray], settings, *,
                  embedders: Sequence[str] = ("minilm",), n_boot: int, progress: bool = True,
-                 extras: bool = True) -> list[dict]:
+                 extras: bool = True, checker: bool = True) -> list[dict]:
     """The offline metrics' rows, each scored on both responses of all instances; ``extras=False``
-    only the registry's metrics (no diagnostics, no embedding similarity)."""
+    only the registry's metrics (no diagnostics, no embedding similarity); ``checker=False`` leaves
+    out the claim checker's rows (the one offline metric that runs a model here)."""
     n, seed = len(instances), settings.seed
     refs = [i.gt_answer for i in instances] * 2
     resps = [i.responses[0] for i in instances] + [i.responses[1] for i in instances]
@@ -137,6 +140,8 @@ def offline_rows(instances: Sequence[MetaInstance], labels: Mapping[str, np.ndar
         "the workbench's keyword hit (every keyword in the response) over keywords derived from the ground "
         "truth's content words (this set has no authored keywords)")
     add("chrf_score", per_row["chrf_score"], "offline", "sacreBLEU chrF of the whole response against the ground truth")
+    if checker:
+        out.extend(checker_rows(instances, labels, resps, refs, n_boot=n_boot, seed=seed, extras=extras))
     if not extras:
         bar.close()
         return out
@@ -152,6 +157,40 @@ def offline_rows(instances: Sequence[MetaInstance], labels: Mapping[str, np.ndar
             "SemanticSimilarity); texts past the model's input length are cut by it")
         bar.update(1)
     bar.close()
+    return out
+
+
+def checker_rows(instances, labels, resps, refs, *, n_boot: int, seed: int, extras: bool) -> list[dict]:
+    """The trained claim checker's rows: claim precision / recall / F1 of each response against the
+    ground truth (RAGChecker's definitions, the checker as the entailment model), each against all
+    three aspects; with ``extras`` also RAGChecker's own mapping (precision for correctness, recall
+    for completeness, F1 for overall) as one diagnostic row, and faithfulness / hallucination
+    listed as not applicable (they need retrieved contexts, which this set does not hold)."""
+    n = len(instances)
+    ck = ClaimChecker.load()
+    scores = claim_prf_many(ck, resps, refs)
+    note = (f"the trained claim checker ({ck.identity}): claims of one text entailed by the other, "
+            f"threshold {SUPPORT_THRESHOLD}")
+    out = []
+    cols = {}
+    for name in ("claim_precision", "claim_recall", "claim_f1"):
+        vals = [np.nan if s[name] is None else s[name] for s in scores]
+        cols[name] = _pairs(vals, n)
+        row = metric_row(name, same_scores(*cols[name]), labels, n_boot=n_boot, seed=seed, kind="checker", note=note)
+        row["registry_groups"] = M.groups_declaring(name)
+        out.append(row)
+    if extras:
+        out.append(metric_row("claims[ragchecker mapping]", {"correctness": cols["claim_precision"],
+                                                            "completeness": cols["claim_recall"],
+                                                            "overall": cols["claim_f1"]},
+                              labels, n_boot=n_boot, seed=seed, kind="diagnostic",
+                              note="meta-eval only: the checker's claim precision, recall and F1 mapped to the three "
+                                   "aspects as RAGChecker's own row maps them"))
+        out.extend({"metric": m, "kind": "checker", "status": "not_applicable",
+                    "registry_groups": M.groups_declaring(m), "aspects": {},
+                    "why": "needs retrieved contexts: the meta-evaluation set holds none (see the hallucination "
+                           "labels below for the checker against people)"}
+                   for m in ("claim_faithfulness", "claim_hallucination"))
     return out
 
 

@@ -38,12 +38,13 @@ def warnings_for(judged: dict | None, decision: FloorDecision | None, floor_deta
     """Named warnings of a run: ``[{"name", "message"}]``, judge first."""
     out = []
     if judged is not None and not judged["calibration"]["reliable"]:
-        cal, sample = judged["calibration"], judged["summary"].get("sample", {})
-        names = ", ".join(judged["summary"].get("metrics", {}))
+        cal = judged["calibration"]
+        reused = "; calibration reused from the cache" if cal.get("reused") else ""
         out.append({"name": "judge_unreliable",
-                    "message": f"{cal['why']} ({cal['judge']}): {names} are shown struck and are not results; "
-                               f"computed on {sample.get('n_scored')} question(s) to check the wiring. "
-                               "Point eval.judge at a capable model."})
+                    "message": f"{cal['why']} ({cal['judge']}): the LLM-judged metrics were not computed{reused}. "
+                               "The claim checker's metrics (group claims) measure the answers offline; an LLM "
+                               "judge runs only once its calibration clears eval.judge_reliable_agreement "
+                               "(docs/concepts/evaluation.md#the-judge)."})
     if decision is not None:
         if decision.warning:
             out.append({"name": decision.warning, "message": decision.reason})

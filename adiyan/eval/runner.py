@@ -30,7 +30,7 @@ from ..generation import effective_budget
 from ..types import OWNER
 from .agent_eval import run_agent_eval
 from .conversations import run_conversations
-from .evalset import is_conversation_set
+from .evalset import EvalsetError, check_evalset_path, is_conversation_set
 from .locomo.data import is_locomo_file
 from .locomo.run import run_locomo
 from .locomo.run import summary_lines as locomo_summary_lines
@@ -43,7 +43,7 @@ from .floors import floor_effect
 from .reliability import group_line, judged_group, warning_lines, warnings_for
 from .record import RunRecord
 from .regression import check, regression_group
-from .scorers import ANSWER, RETRIEVAL_SCORERS, STRINGS, score
+from .scorers import ANSWER, CLAIMS, RETRIEVAL_SCORERS, STRINGS, score
 from .scorers import judged as judged_scores
 from . import repeats as repeats_mod
 
@@ -65,6 +65,7 @@ def _incident_groups(settings, embedder, run_dir: Path) -> dict:
 
 
 def run_eval(settings, *, progress: bool = True, run_id: str | None = None, incidents: bool | None = None) -> Path:
+    check_evalset_path(settings.eval.evalset)  # a user error is one line, before any run folder is made
     refuse_beir_protocol(settings, "invoke eval")  # eval.beir_protocol=beir needs a BEIR folder (beir_protocol.py)
     if is_locomo_file(settings.eval.evalset):  # LoCoMo, a .json file: the memory engine on public data (locomo/)
         replay_incidents = incidents if incidents is not None else settings.eval.incidents
@@ -79,7 +80,11 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
     record = RunRecord.for_settings(settings, run_id)
     run_dir = record.dir
     t0 = time.perf_counter()
-    index = open_index(settings, progress=progress)
+    try:
+        index = open_index(settings, progress=progress)
+    except EvalsetError:
+        record.discard()  # a malformed evalset leaves no run folder behind
+        raise
     es, ds_hash, kb, embedder = index.evalset, index.evalset_hash, index.kb, index.kb.embedder
     answer_cache = call_cache(settings, "answer")
     try:
@@ -122,6 +127,9 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         groups["dataset"] = {"ingest_failed": len(index.ingest_failures)}
     t0 = time.perf_counter()
     groups.update(score([STRINGS], qr, k))
+    t1 = time.perf_counter()
+    groups.update(score([CLAIMS], qr, k))  # the trained claim checker: faithfulness, claim P/R/F1 (issue 39)
+    timings["claims_s"] = time.perf_counter() - t1
     groups["floor"] = floor_metrics
     if agent_run is not None:  # the agent's answers through the same answer scorers, beside single-shot
         groups.update(agent_run.metric_groups(k))
@@ -141,10 +149,8 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         repeat_groups += [score([ANSWER, STRINGS], q_i, k) for q_i in more]  # the same scorers as repeat 0
         judge_stats: list = []
         judge = None
-        if judged is not None:
-            sample = settings.eval.judge_sample if judged["calibration"]["reliable"] or \
-                settings.eval.judge_sample_unreliable is None else settings.eval.judge_sample_unreliable
-            judge = repeats_mod.judge_fn(settings, embedder, sample, judge_stats, progress)
+        if judged is not None and judged["calibration"]["reliable"]:  # an unreliable judge is not asked again
+            judge = repeats_mod.judge_fn(settings, embedder, settings.eval.judge_sample, judge_stats, progress)
         rep = repeats_mod.score_repeats([rows] + [q_i.rows for q_i in more], k, m=settings.eval.judge_repeats,
                                         base_seed=settings.llm.seed, judge=judge, notes=repeat_notes)
         repeat_block = rep.record(seed=settings.seed, judge_temperature=settings.eval.judge_temperature
@@ -228,6 +234,7 @@ def summary_lines(run_dir: Path) -> list[str]:
     c = m["cache"]
     lines.append(f"  time total {t['total_s']:.1f}s (ingest {t['ingest_s']:.1f}s, generate {t['generate_s']:.1f}s, "
                  f"score {t.get('score_s', 0):.1f}s"
+                 + (f" of which claim checker {t['claims_s']:.1f}s" if "claims_s" in t else "")
                  + (f" of which judge calibration {t['judge_calibration_s']:.1f}s and judged metrics "
                     f"{t.get('judge_metrics_s', 0):.1f}s" if "judge_calibration_s" in t else "")
                  + f", incidents {t.get('incidents_s', 0):.1f}s); "

@@ -31,6 +31,8 @@ from typing import Callable, Sequence
 
 from .. import metrics as M
 from ..cache import call_cache
+from ..models.checker import ClaimChecker
+from .claims import answer_claim_scores
 from .ir_metrics import evaluate_run, per_query
 from .judge import calibrate_reusing, evalset_calibration_pairs, judge_from_settings
 from .ragas_metrics import score_llm, score_non_llm, summarize
@@ -188,9 +190,39 @@ def _strings(data: Rows, k: int) -> Scored:
     return Scored({name: s["mean"] for name, s in summarize(per_row).items()}, per_row)
 
 
+CLAIM_METRICS = ("claim_faithfulness", "claim_hallucination", "claim_precision", "claim_recall", "claim_f1",
+                 "claim_context_utilisation", "claim_noise_sensitivity")
+
+
+def _claims(data: Rows, k: int) -> Scored | None:
+    """The trained claim checker over every answer that says something (abstentions have no claims):
+    per question the metrics of :func:`adiyan.eval.claims.answer_claim_scores`, and each claim's
+    verdict and supporting span in ``row["claim_verdicts"]`` (the report shows them)."""
+    rows = [r for r in data.rows if r.get("answer") is not None]
+    if not rows:
+        return None
+    checker = ClaimChecker.load()
+    per_row: dict[str, list] = {name: [] for name in CLAIM_METRICS}
+    n_claims = 0
+    for r in data.rows:
+        out = {}
+        if r.get("answer") is not None and not r.get("abstained"):
+            contexts = [c["text"] for c in r.get("retrieved") or []]
+            gold = r.get("gold_answer") if r["hit"] is not None else None
+            out = answer_claim_scores(checker, r["answer"], contexts, gold or None)
+            r["claim_verdicts"] = out["claims"]
+            n_claims += len(out["claims"])
+        for name in CLAIM_METRICS:
+            per_row[name].append(out.get(name))
+    values = {name: M.mean_or_none([v for v in vals if v is not None]) for name, vals in per_row.items()}
+    values["claims_checked"] = n_claims
+    return Scored(values, per_row)
+
+
 ANSWER = Scorer("answer", _answer)
 STRINGS = Scorer("ragas", _strings)
-ANSWER_SCORERS = (ANSWER, STRINGS)
+CLAIMS = Scorer("claims", _claims, per_question=CLAIM_METRICS)
+ANSWER_SCORERS = (ANSWER, STRINGS, CLAIMS)
 
 
 def annotate_answer(row: dict, text: str | None, used: list | None = None) -> dict:
@@ -236,11 +268,12 @@ SCORERS = (*RETRIEVAL_SCORERS, *ANSWER_SCORERS, CONVERSATION)
 
 
 def judged(settings, es, rows, embedder, progress, doc_texts) -> dict | None:
-    """LLM-judged metrics on a sample, beside the judge's calibration on labelled pairs
-    (``eval.judge_calibration_pairs``, four labels over every question kind). The sample is
-    ``eval.judge_sample`` questions when the judge is reliable, ``eval.judge_sample_unreliable``
-    when it is not (its metrics are shown struck: they only check the wiring). None without a
-    judge; :func:`adiyan.eval.reliability.judged_group` makes the ``ragas_llm`` group of it."""
+    """LLM-judged metrics on a sample, run only when the judge's calibration on labelled pairs
+    (``eval.judge_calibration_pairs``, four labels over every question kind) clears the reliability
+    line: a judge that does not clear it is not asked again (its metrics would be struck; a cached
+    failed calibration costs a SQLite look-up), the run says so in one named warning and the claim
+    checker's metrics stand in the headline. None without a judge;
+    :func:`adiyan.eval.reliability.judged_group` makes the ``ragas_llm`` group of it."""
     judge = judge_from_settings(settings)
     if judge is None:
         return None
@@ -253,18 +286,23 @@ def judged(settings, es, rows, embedder, progress, doc_texts) -> dict | None:
     cal = calibrate_reusing(judge, pairs, store, reliable_threshold=settings.eval.judge_reliable_agreement,
                             progress=progress, stop_when_unreachable=settings.eval.judge_calibration_early_stop)
     calibration_s = time.perf_counter() - t0
-    ev = settings.eval
-    sample = ev.judge_sample if cal.reliable or ev.judge_sample_unreliable is None else ev.judge_sample_unreliable
+    out = {"calibration": cal.as_dict(), "judge": judge.describe(),  # issue 25: its "structured" mechanism
+           "judge_stats": judge.stats.as_dict() if hasattr(judge.stats, "as_dict") else vars(judge.stats)}
+    if not cal.reliable:
+        out.update(skipped=True, summary={"metrics": {}, "sample": {"n_scored": 0}}, per_row=[],
+                   failures=[f._asdict() for f in judge.failures],
+                   timings={"judge_calibration_s": calibration_s, "judge_metrics_s": 0.0})
+        return out
     ragas_rows = [{"id": r["id"], "question": r["question"], "answer": r["answer"], "retrieved": r["retrieved"],
                    "gold_answer": r["gold_answer"], "gold_sources": r["gold_sources"]} for r in answerable]
     t0 = time.perf_counter()
     per_row, summary = score_llm(ragas_rows, judge, embedder, settings.eval.judge_metrics or None,
-                                 sample=sample, seed=settings.seed, calibration=cal, progress=progress)
-    return {"calibration": cal.as_dict(), "summary": summary, "per_row": per_row,
-            "judge_stats": judge.stats.as_dict() if hasattr(judge.stats, "as_dict") else vars(judge.stats),
-            "failures": [f._asdict() for f in judge.failures],
-            "judge": judge.describe(),  # issue 25: its "structured" mechanism (none: free text parsed)
-            "timings": {"judge_calibration_s": calibration_s, "judge_metrics_s": time.perf_counter() - t0}}
+                                 sample=settings.eval.judge_sample, seed=settings.seed, calibration=cal,
+                                 progress=progress)
+    out.update(summary=summary, per_row=per_row, failures=[f._asdict() for f in judge.failures],
+               judge_stats=judge.stats.as_dict() if hasattr(judge.stats, "as_dict") else vars(judge.stats),
+               timings={"judge_calibration_s": calibration_s, "judge_metrics_s": time.perf_counter() - t0})
+    return out
 
 
 # ---------------------------------------------------------------- sweep columns

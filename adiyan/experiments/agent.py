@@ -28,7 +28,7 @@ POINT_METRICS = (("answer", "keyword_recall"), ("answer", "abstain_rate_answerab
                      "latency_std_s_mean", "latency_range_s_max")),
                  ("timings", "generate_s"), ("timings", "agent_s"))
 
-PAIRS = (("answer", "agent_answer"), ("ragas", "agent_ragas"))
+PAIRS = (("answer", "agent_answer"), ("ragas", "agent_ragas"), ("claims", "agent_claims"))
 
 
 def evaluate_agent(settings, *, progress: bool = False, run_id: str | None = None) -> Path:

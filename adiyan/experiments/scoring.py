@@ -12,10 +12,12 @@ re-implements one:
 - the answer scorers of :mod:`adiyan.eval.scorers` (``answer``: keyword recall and abstention;
   ``ragas``: ID-based context precision / recall over the point's top-k sources, string
   similarity, ROUGE-L, exact match, BLEU over its answers);
+- the claim checker's metrics (``claims``: faithfulness, hallucination, claim precision / recall /
+  F1 against the gold answer), through the same answer scorers;
 - RAGAS LLM-judged (:func:`adiyan.eval.scorers.judged`): the configured judge calibrated on
-  labelled pairs first (cached), the sample ``eval.judge_sample`` when reliable, otherwise
-  ``eval.judge_sample_unreliable`` and ``ragas_llm.judge_reliable`` 0, which the sweep pages
-  read to strike the values; nothing judged when ``eval.judge`` is None;
+  labelled pairs first (cached), the sample ``eval.judge_sample`` when reliable; an unreliable
+  judge computes nothing (``ragas_llm.judge_reliable`` 0 and its calibration only); nothing
+  judged when ``eval.judge`` is None;
 - regression cases (:func:`adiyan.eval.regression.check`, ``evalsets/regression.yaml`` or
   ``regression_cases``): pass / fail / not checked with the reason. A case on hit rate or MRR at a
   depth N other than the point's k is checked on the first N chunks the point delivers (all of
@@ -41,7 +43,7 @@ from ..eval.scorers import ANSWER_SCORERS, RETRIEVAL_SCORERS, STRINGS, Rows, ann
 from ..factory import open_llm
 from ..types import OWNER
 
-POINT_GROUPS = ("ragas", "ragas_llm", "answer", "regression")  # the run groups a scored point records as columns
+POINT_GROUPS = ("ragas", "ragas_llm", "answer", "claims", "regression")  # the run groups a scored point records as columns
 _DEPTH_CASE = re.compile(r"^retrieval\.(hit_rate|mrr)@(\d+)$")
 NOT_REPLAYED = "incidents are not replayed at sweep points (invoke eval replays them)"
 
@@ -93,8 +95,8 @@ def score_rows(settings, index, qr, *, answers: dict | None = None, llm=None, an
     groups["regression"] = regression_group(results)
     metrics = {f"{g}.{name}": v for g in POINT_GROUPS for name, v in (groups.get(g) or {}).items()}
     metrics["answered_questions"] = float(len(answered))
-    per_question = {r["id"]: {f"{STRINGS.group}.{name}": v for name, v in (r.get(STRINGS.group) or {}).items()}
-                    for r in rows}
+    per_question = {r["id"]: {f"{group}.{name}": v for group in (STRINGS.group, "claims")
+                              for name, v in (r.get(group) or {}).items()} for r in rows}
     info = {"regression": [r.as_dict() for r in results], "answered_questions": len(answered),
             "questions": len(rows), "answer_questions": answer_questions, "generate": settings.eval.generate,
             "judge": settings.eval.judge,

@@ -249,6 +249,8 @@ details.fail>summary{cursor:pointer;list-style-position:outside;margin-left:1em}
 .reason.leak{background:#b3261e;color:#fff}ol.ctx{padding-left:1.5em}ol.ctx li{margin:.4em 0}
 pre{white-space:pre-wrap;background:#f7f7f7;padding:.5em;margin:.3em 0}
 svg{max-width:100%;height:auto}code{font-size:.95em}
+ul.claims{list-style:none;padding-left:.5em}ul.claims li{margin:.35em 0}.claim{border-radius:3px;padding:1px 4px}
+.claim.ok{background:#e3f6ea;color:#0b5e3f}.claim.no{background:#fde2e1;color:#8a1c14}.span{color:#555;font-size:12px}
 """
 
 RUN_TEMPLATE = """<!DOCTYPE html>
@@ -267,6 +269,7 @@ RUN_TEMPLATE = """<!DOCTYPE html>
 <p><b>Gold sources:</b> {{ (q.gold_sources or [])|join(", ") }}</p>
 {% if q.leaked_private %}<p class="miss"><b>Leaked private chunks:</b> {{ q.leaked_private|join(", ") }}</p>{% endif %}
 <p><b>Generated answer:</b></p><pre>{{ q.answer }}</pre>
+{% if q.claim_verdicts %}<p><b>Its claims, checked against the retrieved context:</b></p>{{ claims(q) }}{% endif %}
 <p><b>Retrieved context:</b></p>
 <ol class="ctx">{% for c in q.retrieved or [] %}<li><b>{{ c.source }}</b> #{{ c.chunk_index }} · score {{ fmt(c.score) }}{% if c.source in (q.gold_sources or []) %} · <span class="hit">gold</span>{% endif %}<pre>{{ c.text }}</pre></li>
 {% else %}<li>nothing retrieved{% if q.empty_reason %}: {{ q.empty_reason }}{% endif %}</li>{% endfor %}</ol></details>
@@ -298,9 +301,14 @@ RUN_TEMPLATE = """<!DOCTYPE html>
 </table>
 
 <h2>All questions</h2>
-<table><tr><th>id</th><th>kind</th><th>question</th><th>hit</th><th>RR</th><th>keyword hit</th><th>top-1 source</th><th>top-1 score</th><th>latency s</th></tr>
-{% for q in questions %}<tr><td>{{ q.id }}</td><td>{{ q.kind }}</td><td>{{ q.question }}</td><td class="{{ status(q) }}">{{ fmt(q.hit) }}</td><td class="num">{{ fmt(q.reciprocal_rank) }}</td><td>{{ fmt(q.keyword_hit) }}</td><td>{{ (q.retrieved or [{}])[0].source }}</td><td class="num">{{ fmt(top(q)) }}</td><td class="num">{{ fmt(q.latency_s) }}</td></tr>
+<table><tr><th>id</th><th>kind</th><th>question</th><th>hit</th><th>RR</th><th>keyword hit</th><th>claims supported</th><th>top-1 source</th><th>top-1 score</th><th>latency s</th></tr>
+{% for q in questions %}<tr><td>{{ q.id }}</td><td>{{ q.kind }}</td><td>{{ q.question }}</td><td class="{{ status(q) }}">{{ fmt(q.hit) }}</td><td class="num">{{ fmt(q.reciprocal_rank) }}</td><td>{{ fmt(q.keyword_hit) }}</td><td class="num">{% if q.claim_verdicts %}{{ q.claim_verdicts|selectattr("supported")|list|length }} of {{ q.claim_verdicts|length }}{% else %}—{% endif %}</td><td>{{ (q.retrieved or [{}])[0].source }}</td><td class="num">{{ fmt(top(q)) }}</td><td class="num">{{ fmt(q.latency_s) }}</td></tr>
 {% endfor %}</table>
+{% if questions|selectattr("claim_verdicts")|list %}<h2 id="claims">Answers, claim by claim</h2>
+<p>Each answer split into claims, each checked against the retrieved context by the trained claim checker: <span class="claim ok">supported</span> or <span class="claim no">not supported</span>, with the checker's P(supported) and the passage window that supports it best. Abstentions have no claims.</p>
+{% for q in questions if q.claim_verdicts %}<details class="fail" id="claims-{{ q.id }}"><summary><b>{{ q.id }}</b> · {{ q.claim_verdicts|selectattr("supported")|list|length }} of {{ q.claim_verdicts|length }} supported · {{ q.question }}</summary>
+{{ claims(q) }}</details>
+{% endfor %}{% endif %}
 
 {{ agent }}<h2>Timings and cache</h2>
 <table>{% for k, v in (m.timings or {}).items() %}<tr><th>{{ k }}</th><td class="num">{{ fmt(v) }}</td></tr>
@@ -311,8 +319,16 @@ RUN_TEMPLATE = """<!DOCTYPE html>
 """
 
 _env = Environment(autoescape=True, keep_trailing_newline=True)
+CLAIMS_TEMPLATE = """<ul class="claims">{% for c in q.claim_verdicts %}<li><span class="claim {{ 'ok' if c.supported else 'no' }}">{{ c.claim }}</span> <small>P(supported) {{ "%.2f"|format(c.support) }}</small>{% if c.span %}<br><span class="span">{{ "best support" if c.supported else "closest passage" }}: {{ c.span[:400] }}{% if c.span|length > 400 %} …{% endif %}</span>{% endif %}</li>
+{% endfor %}</ul>"""
+
+
+def _claims(q: dict) -> Markup:
+    return Markup(_env.from_string(CLAIMS_TEMPLATE).render(q=q))
+
+
 _env.globals.update(fmt=fmt, short=_short, status=_status, top=_top_score, css=Markup(CSS),
-                    unreliable=judged_unreliable, n_of=_n_of, human=human_badge)
+                    unreliable=judged_unreliable, n_of=_n_of, human=human_badge, claims=_claims)
 
 
 # ---------------------------------------------------------------- public API

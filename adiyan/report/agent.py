@@ -65,6 +65,6 @@ def agent_section(run_dir: Path, metrics: dict) -> Markup:
     traces = read_traces(run_dir)
     if not traces:
         return Markup("")
-    pairs = [("answer", "agent_answer"), ("ragas", "agent_ragas")]
+    pairs = [("answer", "agent_answer"), ("ragas", "agent_ragas"), ("claims", "agent_claims")]
     return Markup(_env.from_string(TEMPLATE).render(traces=traces, metrics=metrics, pairs=pairs,
                                                     agent=metrics.get("agent") or {}))

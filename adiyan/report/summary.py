@@ -104,6 +104,8 @@ def _per_question(group: str, name: str, questions: list[dict]) -> list[float] |
         return _answerable(questions, "keyword_hit")
     if group == "answer" and name == "abstain_rate_unanswerable":
         return [float(q["abstained"]) for q in questions if q.get("hit") is None and q.get("abstained") is not None]
+    if group == "claims":  # the claim checker's per-question values (questions.jsonl "claims")
+        return [float(v) for q in questions if (v := (q.get("claims") or {}).get(name)) is not None]
     return None
 
 
@@ -121,7 +123,8 @@ def _headline_names(metrics: dict) -> list[tuple[str, str]]:
     first = lambda prefix: next((n for n in retrieval if n.startswith(prefix) and n != f"mrr@{IR_DEPTH}"), None)
     wanted = [("retrieval", first("hit_rate@")), ("retrieval", first("mrr@")), ("retrieval", f"ndcg@{IR_DEPTH}"),
               ("retrieval", f"recall@{IR_DEPTH}"), ("answer", "keyword_recall"),
-              ("answer", "abstain_rate_unanswerable"), ("privacy", "private_chunks_leaked"),
+              ("answer", "abstain_rate_unanswerable"), ("claims", "claim_faithfulness"),
+              ("claims", "claim_hallucination"), ("claims", "claim_f1"), ("privacy", "private_chunks_leaked"),
               ("privacy", "probes_leaked"), ("ocr", "hit_rate")]
     return [(g, n) for g, n in wanted if n and n in (metrics.get(g) or {})]
 

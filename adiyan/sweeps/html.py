@@ -182,7 +182,7 @@ INDEX_TEMPLATE = """<!DOCTYPE html>
 
 
 COLOURS = {"pass": "#d9f2d9", "fail": "#f8c8c8", "not_checked": "#eeeeee", "missing": "#ffffff"}
-_RAGAS_PREFIXES = ("ragas.", "ragas_llm.", "answer.")
+_RAGAS_PREFIXES = ("ragas.", "ragas_llm.", "answer.", "claims.")
 
 
 def _scored_view(g: Gathered, rows: list[dict], spec: SweepSpec) -> dict:
