@@ -36,6 +36,10 @@ class AskError(ValueError):
     """The question cannot be asked as given (empty question, conversation not available)."""
 
 
+class EmptyKnowledgeBase(AskError):
+    """No document the requester may see: there is nothing to answer from (not "I don't know")."""
+
+
 @dataclass
 class Source:
     source: str
@@ -86,6 +90,12 @@ def ask(settings, question: str, requester: Requester | str | None, *, agent: bo
     kb = open_kb(settings, progress=progress)
     conv = None
     try:
+        if conversation is None and not kb.list_documents(who):  # (a conversation's memory may still answer)
+            as_who = "the owner role" if who.is_owner else (requester or "an anonymous requester")
+            raise EmptyKnowledgeBase(
+                f"the knowledge base ({settings.paths.data_dir}) holds no document {as_who} may see, so there is "
+                "nothing to answer from. Fill it first: adiyan ingest PATH --owner NAME --visibility global "
+                "(or --visibility private, seen by NAME only)")
         llm = llm if llm is not None else open_llm(settings)
         if conversation is not None:
             try:

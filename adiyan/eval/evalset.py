@@ -216,6 +216,30 @@ def materialize_beir(beir_dir: str | Path, out_root: str | Path | None = None, *
     return out
 
 
+def check_evalset_path(path: str | Path) -> None:
+    """One clear error for an ``eval.evalset`` that cannot be an evalset, before a run starts: a
+    missing path, a file that is not a LoCoMo ``.json``, an unreadable folder, a folder that is
+    neither an authored set (``manifest.yaml``) nor a BEIR folder (``corpus.jsonl``)."""
+    p = Path(path)
+    if not p.exists():
+        raise EvalsetError(f"{p}: not found (eval.evalset names an evalset folder with manifest.yaml, a BEIR "
+                           "folder with corpus.jsonl, or a LoCoMo .json file)")
+    if p.is_file():
+        if p.suffix.lower() == ".json":
+            return
+        raise EvalsetError(f"{p}: a file, not an evalset (an evalset is a folder with manifest.yaml; a LoCoMo set "
+                           "is a .json file)")
+    if not os.access(p, os.R_OK | os.X_OK):
+        raise EvalsetError(f"{p}: folder not readable (permission denied)")
+    found = [f for f in ("manifest.yaml", "corpus.jsonl") if (p / f).is_file()]
+    if not found:
+        raise EvalsetError(f"{p}: not an evalset folder: no manifest.yaml (an authored set) or corpus.jsonl (a BEIR "
+                           f"folder); to make an evalset from documents: adiyan testset generate {p} --out "
+                           "evalsets/NAME")
+    if not os.access(p / found[0], os.R_OK):
+        raise EvalsetError(f"{p / found[0]}: not readable (permission denied)")
+
+
 def load_evalset(root: str | Path) -> Evalset:
     """An evalset folder (``manifest.yaml``), or a BEIR folder, turned into one by :func:`materialize_beir`."""
     root = Path(root)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import platform
+import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -65,6 +66,12 @@ class RunRecord:
     def for_settings(cls, settings, run_id: str | None = None) -> "RunRecord":
         """The record of a run of ``settings``: in ``paths.reports_dir``, a new run id unless given."""
         return cls.start(settings.paths.reports_dir, run_id or new_run_id(settings), settings=settings)
+
+    def discard(self) -> None:
+        """Remove the folder of a run that failed on a user error before producing anything (it holds
+        config.yaml at most), so a typo leaves no stray run behind."""
+        if self.dir.is_dir() and {p.name for p in self.dir.iterdir()} <= {"config.yaml"}:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def envelope(self, settings=None, *, config_hash: str | None = None, config: dict | None = None) -> dict:
         """The head of metrics.json: run id, creation time (UTC), adiyan and Python versions, the
