@@ -16,8 +16,9 @@ from .config import ConfigError, load_settings, parse_set
 from .eval.compare import CompareError, compare_runs, resolve_run
 from .eval.compare import summary_lines as compare_summary
 from .eval.floors import DEFAULT_CALIBRATION_SET, calibrate_floor
-from .eval.evalset import EvalsetError
-from .eval.hallucination import HallucinationSetError, hallucination_lines, load_ragtruth, validate_checker
+from .eval.evalset import EvalsetError, load_evalset
+from .eval.hallucination import (HallucinationSetError, hallucination_lines, load_ragtruth, validate_checker,
+                                 write_card_validation)
 from .eval.harness import close_index, open_index
 from .eval.incidents import format_table, replay_all, write_results
 from .eval.incidents import summary as incident_summary
@@ -97,6 +98,16 @@ def cmd_ingest(args) -> int:
     Every document is reported as it finishes (key, chunks, warnings, or the failure's reason);
     a failure never stops the batch, and the exit code is 1 when anything failed."""
     items = []
+    if args.manifest:  # an evalset's documents, each with the owner and visibility its manifest gives
+        try:
+            es = load_evalset(Path(args.manifest).parent if Path(args.manifest).is_file() else args.manifest)
+        except EvalsetError as exc:
+            print(f"adiyan: --manifest {exc}", file=sys.stderr)
+            return 2
+        items += [IngestItem(d.path, d.filename, d.owner, d.visibility) for d in es.documents]
+    elif not args.paths or not args.owner:
+        print("adiyan: ingest needs PATH... with --owner NAME, or --manifest EVALSET", file=sys.stderr)
+        return 2
     for arg in args.paths:
         p = Path(arg)
         if p.is_dir():
@@ -318,15 +329,7 @@ def cmd_checker_validate(args) -> int:
         return 2
     print("\n".join(hallucination_lines(result)))
     if args.card:  # the committed checker's card records its figures on human labels
-        folder = Path(args.model) if args.model else CHECKER_DIR
-        card = json.loads((folder / "card.json").read_text(encoding="utf-8"))
-        card["validation"] = {"command": f"adiyan checker validate --data {args.data or 'ragtruth_dev'} --card",
-                              "data": Path(result["data"]).name, "responses": result["responses"],
-                              "labels": result["labels"],
-                              **{name: {k: v for k, v in result[name].items() if k != "_supports"}
-                                 for name in ("checker", "lexical")}}
-        (folder / "card.json").write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
-        print(f"  card: {folder / 'card.json'}")
+        print(f"  card: {write_card_validation(result, Path(args.model) if args.model else CHECKER_DIR)}")
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         print(f"  written: {args.output}")
@@ -363,8 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     who.add_argument("--owner-role", action="store_true", help="the owner role: bypasses the access filter")
     who.add_argument("--quiet", action="store_true")
     pi = sub.add_parser("ingest", help="ingest files or folders into the knowledge base")
-    pi.add_argument("paths", nargs="+")
-    pi.add_argument("--owner", required=True, help="owner identity of the documents")
+    pi.add_argument("paths", nargs="*")
+    pi.add_argument("--owner", help="owner identity of the documents (required with PATH)")
+    pi.add_argument("--manifest", metavar="EVALSET", help="ingest an evalset's documents with the owners and "
+                    "visibilities of its manifest.yaml (e.g. evalsets/adiyan_full)")
     pi.add_argument("--visibility", choices=["private", "global"], default="private")
     pi.add_argument("--quiet", action="store_true")
     pi.set_defaults(fn=cmd_ingest)

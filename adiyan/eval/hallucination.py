@@ -260,3 +260,17 @@ def hallucination_lines(result: dict) -> list[str]:
                    f"F1 {ci['f1'][0]}-{ci['f1'][1]}, span F1 {ci['span_f1'][0]}-{ci['span_f1'][1]} "
                    f"(threshold {res['threshold']})")
     return out
+
+
+def write_card_validation(result: dict, folder: Path) -> Path:
+    """Record a validation's figures in a checker folder's ``card.json`` (``validation``), beside
+    what it was trained on: the card says what the model scored on people's labels."""
+    path = Path(folder) / "card.json"
+    card = json.loads(path.read_text(encoding="utf-8"))
+    card["validation"] = {"command": f"adiyan checker validate --data {result['data']} --card",
+                          "data": Path(result["data"]).name, "responses": result["responses"],
+                          "labels": result["labels"],
+                          **{name: {k: v for k, v in result[name].items() if k != "_supports"}
+                             for name in ("checker", "lexical")}}
+    path.write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
+    return path

@@ -235,8 +235,8 @@ def summary_lines(run_dir: Path) -> list[str]:
     lines.append(f"  time total {t['total_s']:.1f}s (ingest {t['ingest_s']:.1f}s, generate {t['generate_s']:.1f}s, "
                  f"score {t.get('score_s', 0):.1f}s"
                  + (f" of which claim checker {t['claims_s']:.1f}s" if "claims_s" in t else "")
-                 + (f" of which judge calibration {t['judge_calibration_s']:.1f}s and judged metrics "
-                    f"{t.get('judge_metrics_s', 0):.1f}s" if "judge_calibration_s" in t else "")
+                 + (f"{',' if 'claims_s' in t else ' of which'} judge calibration {t['judge_calibration_s']:.1f}s and "
+                    f"judged metrics {t.get('judge_metrics_s', 0):.1f}s" if "judge_calibration_s" in t else "")
                  + f", incidents {t.get('incidents_s', 0):.1f}s); "
                  f"embedding cache {c['embeddings']['hits']} hits / {c['embeddings']['misses']} misses; "
                  f"answer cache {c['answers']['hits']} hits / {c['answers']['misses']} misses")
