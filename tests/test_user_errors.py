@@ -81,3 +81,29 @@ def test_asking_an_empty_knowledge_base_says_so_and_names_the_command(tmp_path, 
     assert code == 2 and "holds no document bob may see" in err
     code, err = _run(capsys, *base, "ask", "How long is the refund window?", "--as", "alice")
     assert code == 0, err  # alice sees her note: the question is answered
+
+
+def test_ingest_from_a_manifest_keeps_each_documents_owner_and_visibility(tmp_path, capsys, base):
+    """``adiyan ingest --manifest EVALSET`` (the README tour fills the knowledge base this way):
+    every document of the manifest, keyed and protected as the manifest says."""
+    from adiyan.config import load_settings
+    from adiyan.eval.evalset import load_evalset
+    from adiyan.factory import open_kb
+    from tests.conftest import ROOT
+
+    base = base[:-2]  # eval.* is refused by adiyan ingest
+    code, _ = _run(capsys, *base, "ingest", "--manifest", str(ROOT / "evalsets" / "adiyan_full"), "--quiet")
+    assert code == 0
+    es = load_evalset(ROOT / "evalsets" / "adiyan_full")
+    assert {d.visibility for d in es.documents} == {"global", "private"}  # both kinds are checked
+    settings = load_settings(None, dict(a.split("=", 1) for a in base[1::2]), environ={})
+    kb = open_kb(settings, progress=False)
+    try:
+        seen_by_stranger = {d["source"] for d in kb.list_documents("a-stranger")}
+        for d in es.documents:
+            assert (d.source_key in seen_by_stranger) is (d.visibility == "global"), d.source_key
+            assert d.source_key in {x["source"] for x in kb.list_documents(d.owner)}
+    finally:
+        kb.close()
+    code, err = _run(capsys, *base, "ingest", "--quiet")
+    assert code == 2 and "--manifest" in err
