@@ -15,3 +15,15 @@ def test_ci_installs_libreoffice_and_tesseract_before_the_tests():
         assert needle in CI and CI.index(needle) < tests_at, needle
     # every stage reports its time: tesseract, install, tests, eval
     assert CI.count('; stage "') + CI.count('\nstage "') >= 4
+
+
+def test_ci_makes_a_missing_data_set_a_failure():
+    """Issue 44.4: the tests that need ../shared/datasets skip on a user's machine without it, and fail
+    under CI, which exports CI_REQUIRE_DATA=1 before the tests."""
+    from tests.conftest import data_skip_is_a_failure
+
+    assert "export CI_REQUIRE_DATA=1" in CI and CI.index("export CI_REQUIRE_DATA=1") < CI.index("invoke test --all")
+    reason = "../shared/datasets/scifact not present"
+    assert data_skip_is_a_failure(reason, {"CI_REQUIRE_DATA": "1"})
+    assert not data_skip_is_a_failure(reason, {})  # a user without the data: a skip
+    assert not data_skip_is_a_failure("playwright is not installed", {"CI_REQUIRE_DATA": "1"})
