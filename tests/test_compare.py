@@ -108,3 +108,25 @@ def test_unlike_runs_are_refused_and_names_resolve(runs, tmp_path, capsys):
     rc = cli.main(["--set", f"paths.reports_dir={tmp / 'reports'}", "compare", "dense-1", "bm25-1"])
     out = capsys.readouterr().out
     assert rc == 0 and "compare dense-1 → bm25-1" in out and "setting retrieval.mode: dense → bm25" in out
+
+
+def test_colour_follows_the_holm_adjusted_test():
+    """Issues 44.5 / 41.5: a metric is called better or worse only when its per-question paired test is
+    significant after Holm's adjustment over the comparison's tests; p 0.03 alone among three tests
+    (Holm 0.09) is "no difference shown", and a metric with no per-question score says so."""
+    from adiyan.eval.compare import mark_significance
+    from adiyan.eval.ir_metrics import holm
+
+    raw = {"hit": 0.01, "keyword_hit": 0.03, "reciprocal_rank": 0.5}
+    adj = holm(raw)
+    assert adj == pytest.approx({"hit": 0.03, "keyword_hit": 0.06, "reciprocal_rank": 0.5})  # by hand
+    tests = [{"score": k, "metric": m, "p_value": raw[k], "p_holm": adj[k], "significant": adj[k] < 0.05}
+             for k, m in (("hit", "retrieval/hit_rate@4"), ("keyword_hit", "answer/keyword_recall"),
+                          ("reciprocal_rank", "retrieval/mrr@4"))]
+    metrics = [{"group": "retrieval", "name": "hit_rate@4", "verdict": "better"},
+               {"group": "answer", "name": "keyword_recall", "verdict": "better"},
+               {"group": "retrieval", "name": "mrr@4", "verdict": "worse"},
+               {"group": "ragas", "name": "bleu_score", "verdict": "better"}]
+    mark_significance(metrics, tests)
+    assert [m["shown"] for m in metrics] == ["better", "no difference shown", "no difference shown", "no paired test"]
+    assert metrics[1]["p_holm"] == pytest.approx(0.06)

@@ -29,7 +29,7 @@ import numpy as np
 from jinja2 import Environment
 
 from .. import metrics as M
-from .ir_metrics import fisher_randomization_p, per_query
+from .ir_metrics import fisher_randomization_p, holm, per_query
 from .repeats import NOISE_FACTOR, within_noise
 
 SEED = 42
@@ -164,11 +164,36 @@ def paired_tests(a: Run, b: Run, *, n_permutations: int = PERMUTATIONS, seed: in
         if metric and "{k}" in metric:
             metric = metric.format(k=(a.metrics.get("config") or {}).get("retrieval", {}).get("kb_top_k"))
         noise = within_noise(float(xb.mean() - xa.mean()), a.repeat_sd(metric), b.repeat_sd(metric)) if metric else None
-        out.append({"score": name, "n": len(qids), "mean_a": float(xa.mean()), "mean_b": float(xb.mean()),
-                    "noise": noise,
-                    "delta": float(xb.mean() - xa.mean()), "p_value": p, "significant": p < ALPHA,
+        out.append({"score": name, "metric": metric, "n": len(qids), "mean_a": float(xa.mean()),
+                    "mean_b": float(xb.mean()), "noise": noise,
+                    "delta": float(xb.mean() - xa.mean()), "p_value": p,
                     "wins": int((xb > xa).sum()), "losses": int((xb < xa).sum()), "ties": int((xb == xa).sum())})
+    # one comparison, several tests: decide on Holm's adjusted p (issue 44.5), the raw p shown beside
+    adjusted = holm({t["score"]: t["p_value"] for t in out})
+    for t in out:
+        t["p_holm"] = adjusted[t["score"]]
+        t["significant"] = t["p_holm"] < ALPHA
     return out
+
+
+_TEST_OF_METRIC = {"retrieval/ndcg@10": "ndcg@10", "retrieval/recall@10": "recall@10"}
+
+
+def mark_significance(metrics: list[dict], tests: list[dict]) -> None:
+    """A metric row is coloured better / worse only when the paired test of its per-question score is
+    significant after Holm's adjustment; otherwise it says "no difference shown" (or "no paired test"
+    for a metric with no per-question score), and the page shows it grey (issue 41.5)."""
+    by_metric = {t["metric"]: t for t in tests if t.get("metric")}
+    by_metric.update({m: t for m, score in _TEST_OF_METRIC.items() for t in tests if t["score"] == score})
+    for m in metrics:
+        t = by_metric.get(f"{m['group']}/{m['name']}")
+        m["p_holm"] = t["p_holm"] if t else None
+        if m["verdict"] not in ("better", "worse"):
+            m["shown"] = m["verdict"]
+        elif t is None:
+            m["shown"] = "no paired test"
+        else:
+            m["shown"] = m["verdict"] if t["significant"] else "no difference shown"
 
 
 def flipped_questions(a: Run, b: Run) -> list[dict]:
@@ -236,17 +261,20 @@ def compare_runs(run_a: Path, run_b: Path, out_root: Path, *, force: bool = Fals
         raise CompareError(f"{a.run_id} and {b.run_id} ran on different data (dataset hash "
                            f"{a.dataset_hash[:12]} vs {b.dataset_hash[:12]}): their questions cannot be paired; "
                            "pass --force to compare the metrics anyway")
+    tests = paired_tests(a, b) if a.dataset_hash == b.dataset_hash else []
+    metrics = metric_deltas(a, b)
+    mark_significance(metrics, tests)
     result = {"a": {"run_id": a.run_id, "dir": str(a.dir), "dataset": a.metrics.get("dataset", {}).get("name"),
                     "config_hash": a.metrics.get("config_hash"), "judge_reliable": a.judge_reliable},
               "b": {"run_id": b.run_id, "dir": str(b.dir), "dataset": b.metrics.get("dataset", {}).get("name"),
                     "config_hash": b.metrics.get("config_hash"), "judge_reliable": b.judge_reliable},
               "same_data": a.dataset_hash == b.dataset_hash, "config_diff": config_diff(a, b),
               "floor_confound": floor_confound(a, b),
-              "metrics": metric_deltas(a, b),
-              "paired_tests": paired_tests(a, b) if a.dataset_hash == b.dataset_hash else [],
+              "metrics": metrics,
+              "paired_tests": tests,
               "flipped": flipped_questions(a, b) if a.dataset_hash == b.dataset_hash else [],
               "test": {"kind": "Fisher randomization, two-sided", "permutations": PERMUTATIONS, "seed": SEED,
-                       "alpha": ALPHA},
+                       "alpha": ALPHA, "adjustment": "Holm over the paired tests of this comparison"},
               "repeat_noise": {"factor": NOISE_FACTOR, "a": _repeat_head(a), "b": _repeat_head(b),
                                "rule": f"|delta| < {NOISE_FACTOR:g} x the pooled repeat SD of one run's value "
                                        "(sqrt((system + judge variance) / n) of each run's eval.repeats split)"}}
@@ -266,13 +294,14 @@ def summary_lines(result: dict) -> list[str]:
         lines.append(f"  CONFOUND: {result['floor_confound']['message']}")
     for m in result["metrics"]:
         if m["verdict"] in ("better", "worse", "unreliable") or (m["verdict"] == "changed"):
-            tag = "UNRELIABLE JUDGE" if m["unreliable"] else m["verdict"]
+            tag = "UNRELIABLE JUDGE" if m["unreliable"] else m.get("shown", m["verdict"])
             lines.append(f"  {m['group']}/{m['name']}: {_fmt(m['a'])} → {_fmt(m['b'])} ({m['delta']:+.4f}, {tag})"
                          + _noise_tag(m.get("noise")))
     for t in result["paired_tests"]:
         if t["delta"]:
-            lines.append(f"  paired {t['score']}: {t['mean_a']:.4f} → {t['mean_b']:.4f}, p={t['p_value']:.4f}"
-                         + (" significant" if t["significant"] else "") + f" (n={t['n']})"
+            lines.append(f"  paired {t['score']}: {t['mean_a']:.4f} → {t['mean_b']:.4f}, p={t['p_value']:.4f}, "
+                         f"Holm-adjusted p={t.get('p_holm', t['p_value']):.4f}"
+                         + (" significant" if t["significant"] else " (no difference shown)") + f" (n={t['n']})"
                          + _noise_tag(t.get("noise")))
     lines.append(f"  {len(result['flipped'])} question(s) flipped")
     return lines
@@ -309,7 +338,7 @@ TEMPLATE = """<!DOCTYPE html>
 <style>
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#f4f4f4}.better{color:#1b7f3b;font-weight:600}.worse{color:#b3261e;font-weight:600}
+th{background:#f4f4f4}.better{color:#1b7f3b;font-weight:600}.worse{color:#b3261e;font-weight:600}.same{color:#777}
 .unreliable{color:#999;text-decoration:line-through}.badge{background:#eee;border-radius:3px;padding:0 4px;font-size:11px}
 .noise{background:#fde9c8}.ctx{font-size:12px;max-width:520px}.ctx li{margin-bottom:4px}.sig{font-weight:700}
 </style></head><body>
@@ -328,15 +357,15 @@ B {% if r.repeat_noise.b %}{{ r.repeat_noise.b.repeats }} repeats x {{ r.repeat_
 <table><tr><th>metric</th><th>A</th><th>B</th><th>Δ</th><th></th><th>repeat noise</th></tr>
 {% for m in r.metrics %}<tr class="{{ 'unreliable' if m.unreliable else '' }}"><td>{{ m.group }}/{{ m.name }}
 {% if m.unreliable %}<span class="badge">unreliable judge</span>{% endif %}</td><td>{{ fmt(m.a) }}</td>
-<td>{{ fmt(m.b) }}</td><td class="{{ m.verdict }}">{{ '%+.4f' % m.delta }}</td><td class="{{ m.verdict }}">{{ m.verdict }}</td>
+<td>{{ fmt(m.b) }}</td><td class="{{ m.shown if m.shown in ('better', 'worse') else 'same' }}">{{ '%+.4f' % m.delta }}</td><td class="{{ m.shown if m.shown in ('better', 'worse') else 'same' }}">{{ m.shown or m.verdict }}{% if m.p_holm is not none %} <small>(Holm p {{ '%.3f' % m.p_holm }})</small>{% endif %}</td>
 <td>{% if m.noise %}{% if m.noise.within_noise %}<span class="badge noise">within repeat noise</span>{% else %}beyond{% endif %}
 (threshold {{ '%.4f' % m.noise.threshold }}){% endif %}</td></tr>
 {% endfor %}</table>
 <h2>Paired tests per question</h2>
-<p>{{ r.test.kind }}, {{ r.test.permutations }} permutations, seed {{ r.test.seed }}; significant at p &lt; {{ r.test.alpha }}.</p>
-<table><tr><th>score</th><th>n</th><th>mean A</th><th>mean B</th><th>Δ</th><th>p</th><th>B wins / losses / ties</th><th>repeat noise</th></tr>
+<p>{{ r.test.kind }}, {{ r.test.permutations }} permutations, seed {{ r.test.seed }}; significant when Holm's adjusted p (over the {{ r.paired_tests|length }} tests of this comparison) is under {{ r.test.alpha }}. A metric above is coloured better or worse only then; otherwise it is grey and says "no difference shown".</p>
+<table><tr><th>score</th><th>n</th><th>mean A</th><th>mean B</th><th>Δ</th><th>p</th><th>Holm-adjusted p</th><th>B wins / losses / ties</th><th>repeat noise</th></tr>
 {% for t in r.paired_tests %}<tr><td>{{ t.score }}</td><td>{{ t.n }}</td><td>{{ fmt(t.mean_a) }}</td><td>{{ fmt(t.mean_b) }}</td>
-<td>{{ '%+.4f' % t.delta }}</td><td class="{{ 'sig' if t.significant else '' }}">{{ '%.4f' % t.p_value }}</td>
+<td>{{ '%+.4f' % t.delta }}</td><td>{{ '%.4f' % t.p_value }}</td><td class="{{ 'sig' if t.significant else '' }}">{{ '%.4f' % t.p_holm }}{% if not t.significant %} <small>no difference shown</small>{% endif %}</td>
 <td>{{ t.wins }} / {{ t.losses }} / {{ t.ties }}</td>
 <td>{% if t.noise %}{% if t.noise.within_noise %}<span class="badge noise">within repeat noise</span>{% else %}beyond{% endif %}{% endif %}</td></tr>{% endfor %}</table>
 <h2>Questions that flipped ({{ r.flipped|length }})</h2>

@@ -317,3 +317,15 @@ def warm_up() -> None:
     per_query(qrels, run, "ndcg@10")
     other = {"q1": {"b": 0.9, "a": 0.1}, "q2": {"y": 0.2}, "q3": {"d": 1.0}}
     compare_runs(qrels, {"a": run, "b": other}, ["ndcg@10", "recall@10"], stat_test="student")
+
+
+def holm(pvals: dict[str, float]) -> dict[str, float]:
+    """Holm's step-down adjustment of a family of p-values (Holm 1979): the i-th smallest of m is
+    multiplied by m - i, kept monotone and capped at 1. Used wherever one comparison runs several
+    tests (invoke compare's paired tests, a sweep's points against its baseline)."""
+    items = sorted((p, k) for k, p in pvals.items() if p is not None)
+    m, out, running = len(items), {}, 0.0
+    for i, (p, k) in enumerate(items):
+        running = max(running, min(1.0, (m - i) * p))
+        out[k] = running
+    return out

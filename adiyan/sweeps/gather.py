@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import metrics as M
-from ..eval.ir_metrics import fisher_randomization_p
+from ..eval.ir_metrics import fisher_randomization_p, holm
 from ..experiments.common import METRIC_GROUP, POINT_FILE, is_score, registry_key
 from .spec import FAILED, MARKER, Point, SweepSpec, baseline_point, is_complete, notebook_code_hash, point_fingerprint
 
@@ -193,16 +193,6 @@ def gather(spec: SweepSpec, points: Sequence[Point], out: Path) -> Gathered:
 
 
 # ---------------------------------------------------------------------------- statistics
-
-
-def holm(pvals: dict[str, float]) -> dict[str, float]:
-    """Holm's step-down adjustment of a family of p-values."""
-    items = sorted((p, k) for k, p in pvals.items() if p is not None)
-    m, out, running = len(items), {}, 0.0
-    for i, (p, k) in enumerate(items):
-        running = max(running, min(1.0, (m - i) * p))
-        out[k] = running
-    return out
 
 
 def significance(spec: SweepSpec, points: Sequence[Point], g: Gathered) -> dict:
