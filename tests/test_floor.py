@@ -53,7 +53,7 @@ def test_a_calibrated_floor_that_cannot_separate_is_not_applied_and_says_so():
     d = floor_decision(rc, "minilm", {"minilm": CAL})
     assert (d.floor, d.candidate, d.applied, d.source, d.warning) == (0.0, 0.3463, False, "calibrated",
                                                                       "floor_cannot_separate")
-    assert "NOT applied" in d.reason and "0.150 < 0.2" in d.reason and "xquad_en-test" in d.reason
+    assert "NOT applied" in d.reason and "is 0.150 < retrieval.floor_min_j 0.2" in d.reason and "xquad_en-test" in d.reason
     # J over the line: applied; the line is a setting
     assert floor_decision(rc, "minilm", {"minilm": {**CAL, "youden_j": 0.25}}).floor == 0.3463
     assert floor_decision(rc.model_copy(update={"floor_min_j": 0.1}), "minilm", {"minilm": CAL}).applied
@@ -167,7 +167,7 @@ def test_the_report_says_what_the_floor_removes_and_that_it_cannot_separate(tmp_
                   "effect": details}}), encoding="utf-8")
     html = write_run_report(run).read_text(encoding="utf-8")
     assert '<li id="warning-floor_cannot_separate"><b>floor_cannot_separate</b>' in html
-    assert "NOT applied" in html and "0.150 &lt; 0.2" in html
+    assert "NOT applied" in html and "0.150 &lt; retrieval.floor_min_j 0.2" in html
     # top 2 without a floor: relevant 0.62, 0.33 (1 under 0.35); irrelevant 0.50, 0.55 (none under)
     assert "the floor would remove (not applied) 1 of 2 relevant and 0 of 2 irrelevant chunks" in html
     assert "Calibrated on <b>xquad_en-test</b>" in html

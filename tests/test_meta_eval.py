@@ -235,7 +235,7 @@ def test_registry_and_report_show_the_measured_correlation():
     rouge = M.human_correlation("ragas", "rouge_score")
     assert rouge == table["rouge_score"] and rouge["status"] == "measured"
     badge = str(human_badge("ragas", "rouge_score"))
-    assert f"vs humans r={rouge['overall']['pearson']}" in badge and "RAGChecker meta-evaluation" in badge
+    assert f"vs humans: Pearson r ×100 = {rouge['overall']['pearson']}" in badge and "RAGChecker meta-evaluation" in badge
     assert "not measured" in str(human_badge("ragas_llm", "faithfulness"))
     assert M.human_correlation("retrieval", "hit_rate@5")["status"] == "not_measured"
     assert str(human_badge("retrieval", "hit_rate@5")) == ""  # not an answer metric: nothing shown

@@ -100,7 +100,7 @@ def human_badge(group: str, name: str) -> Markup:
         o = entry["overall"]
         tip = "; ".join(f"{a}: Pearson {entry[a]['pearson']} {entry[a]['pearson_ci']}, Spearman {entry[a]['spearman']} "
                         f"{entry[a]['spearman_ci']}" for a in ("correctness", "completeness", "overall"))
-        return Markup('<span class="human" title="{}">vs humans r={} [{}, {}]</span>').format(
+        return Markup('<span class="human" title="{}">vs humans: Pearson r ×100 = {} [{}, {}]</span>').format(
             f"RAGChecker meta-evaluation, {entry.get('n_instances')} instances: {tip}", o["pearson"], *o["pearson_ci"])
     if entry.get("groups"):  # listed for this group, not measured: say why
         return Markup('<span class="human" title="{}">vs humans: not measured</span>').format(entry.get("why", ""))

@@ -40,6 +40,10 @@ def fmt(v) -> str:
         return "—"
     if isinstance(v, float):
         return "nan" if math.isnan(v) else repr(round(v, 4))
+    if isinstance(v, dict):  # a nested record (cache statistics, a model's settings): key=value, not a Python dict
+        return ", ".join(f"{k}={fmt(x)}" for k, x in v.items()) or "—"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(fmt(x) for x in v) or "—"
     return str(v)
 
 

@@ -170,8 +170,12 @@ def floor_decision(retrieval, embedder_id: str, floors: dict | None = None) -> F
             shown = "unknown" if j is None else f"{float(j):.3f}"
             return FloorDecision(embedder_id, default, value, "calibrated", False, None if j is None else float(j),
                                  min_j, f"calibrated floor {value} for {embedder_id} is NOT applied: it cannot "
-                                 f"separate relevant from irrelevant results (J {shown} < {min_j} on {where}); "
-                                 f"default_floor {default} applies", "floor_cannot_separate", cal)
+                                 f"separate relevant from irrelevant results (Youden's J, the share of relevant "
+                                 f"chunks it keeps minus the share of irrelevant ones, is {shown} < "
+                                 f"retrieval.floor_min_j {min_j} on {where}); default_floor {default} applies. "
+                                 f"Nothing to do unless you want a floor: then calibrate one on a set of your own "
+                                 f"(adiyan calibrate-floor --evalset PATH --write; docs/concepts/pipeline.md)",
+                                 "floor_cannot_separate", cal)
         return FloorDecision(embedder_id, value, value, "calibrated", True, float(j), min_j,
                              f"calibrated floor {value} for {embedder_id}: J {float(j):.3f} on {where}", None, cal)
     return FloorDecision(embedder_id, default, default, "default", True, None, min_j,
