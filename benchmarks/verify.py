@@ -336,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
             print("verify: --check-only takes exactly one NAME", file=sys.stderr)
             return 2
         data = json.loads(Path(a.check_only).read_text(encoding="utf-8"))
+        print(f"verify: --check-only re-read {a.check_only} and re-ran nothing: this checks the file against "
+              f"{selected[0].name}'s figures, not the code (`invoke bench --verify {selected[0].name}` re-runs it)")
         rows = check(selected[0], data)
         verdicts = [{"name": selected[0].name, "ok": all(r["ok"] for r in rows), "figures": rows, "seconds": 0}]
         print_verdict(verdicts[0])

@@ -135,3 +135,12 @@ def test_write_readme_regenerates_a_stale_block(tmp_path, monkeypatch):
     assert "| stale | 1 |" not in out and verify.readme_blocks(out)["meta-eval"] == verify.table(regs["meta-eval"])
     with pytest.raises(verify.RegressionFileError, match="no-such"):
         verify.render_readme("<!-- regression-table: no-such -->\n<!-- /regression-table -->", regs)
+
+
+def test_check_only_says_it_re_ran_nothing(tmp_path, capsys):
+    """Issue 44.1: ``--check-only`` checks a file, not the code, and its output says so."""
+    out = tmp_path / "r.json"
+    out.write_text((ROOT / "benchmarks" / "results" / "checker-validate.json").read_text(encoding="utf-8"))
+    assert verify.main(["checker-validate", "--check-only", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"--check-only re-read {out} and re-ran nothing" in text and "1/1 held" in text
