@@ -46,6 +46,26 @@ def mean_or_none(values: Sequence[float | bool | None]) -> float | None:
     return round(fmean(vals), 6) if vals else None
 
 
+def auroc(labels: Sequence[int], scores: Sequence[float]) -> float | None:
+    """Area under the ROC curve of ``scores`` for ``labels`` (1 = positive) by the rank-sum, tied
+    scores sharing their mean rank; None when one class is absent."""
+    pos = sum(1 for y in labels if y)
+    neg = len(labels) - pos
+    if not pos or not neg:
+        return None
+    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    ranks = [0.0] * len(scores)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return (sum(r for r, y in zip(ranks, labels) if y) - pos * (pos + 1) / 2) / (pos * neg)
+
+
 # ================================================================== the metric registry
 #
 # Every metric the workbench writes is declared once, here: its name (a pattern where a part

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ..metrics import auroc
 from ..models.checker import ClaimChecker
 from ..models.extractive import content_words
 from .claims import SUPPORT_THRESHOLD, claim_spans
@@ -105,25 +106,6 @@ def load_ragtruth(folder: str | Path) -> list[LabelledResponse]:
         out.append(LabelledResponse(str(row["id"]), sid, task, source_text(task, src["source_info"]),
                                     row["response"], spans))
     return out
-
-
-def auroc(labels: Sequence[int], scores: Sequence[float]) -> float | None:
-    """AUROC of ``scores`` for ``labels`` (1 = positive) by the rank-sum, ties sharing their rank."""
-    pos = sum(1 for y in labels if y)
-    neg = len(labels) - pos
-    if not pos or not neg:
-        return None
-    order = sorted(range(len(scores)), key=lambda i: scores[i])
-    ranks = [0.0] * len(scores)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return (sum(r for r, y in zip(ranks, labels) if y) - pos * (pos + 1) / 2) / (pos * neg)
 
 
 def prf(tp: int, fp: int, fn: int) -> tuple[float, float, float]:

@@ -207,8 +207,8 @@ def _claims(data: Rows, k: int) -> Scored | None:
     for r in data.rows:
         out = {}
         if r.get("answer") is not None and not r.get("abstained"):
-            contexts = [c["text"] for c in r.get("retrieved") or []]
-            gold = r.get("gold_answer") if r["hit"] is not None else None
+            contexts = [c.get("text") or "" for c in r.get("retrieved") or []]
+            gold = r.get("gold_answer") if r.get("hit") is not None else None
             out = answer_claim_scores(checker, r["answer"], contexts, gold or None)
             r["claim_verdicts"] = out["claims"]
             n_claims += len(out["claims"])

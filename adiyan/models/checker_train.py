@@ -19,32 +19,13 @@ from typing import Sequence
 
 import numpy as np
 
+from ..metrics import auroc
 from .assets import minilm_path
 from .checker import CHECKER_DIR, MAX_LEN, ClaimChecker, file_sha256, quantize
 from .checker_data import Pair, build_pairs
 
 DEFAULT_PAIRS = 20000
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-
-
-def auroc(labels: Sequence[int], scores: Sequence[float]) -> float | None:
-    """Area under the ROC curve by the rank-sum (ties share their mean rank)."""
-    pos = sum(1 for y in labels if y)
-    neg = len(labels) - pos
-    if not pos or not neg:
-        return None
-    order = sorted(range(len(scores)), key=lambda i: scores[i])
-    ranks = [0.0] * len(scores)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    rsum = sum(r for r, y in zip(ranks, labels) if y)
-    return (rsum - pos * (pos + 1) / 2) / (pos * neg)
 
 
 def _batches(pairs: Sequence[Pair], size: int, rng: random.Random) -> list[list[Pair]]:
