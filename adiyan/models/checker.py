@@ -128,6 +128,7 @@ class ClaimChecker:
         self._model = model
         self._tok = AutoTokenizer.from_pretrained(folder)
         self._torch = torch
+        self._seen: dict[tuple[str, str], float] = {}
 
     @classmethod
     def load(cls, folder: Path | None = None) -> "ClaimChecker":
@@ -139,7 +140,20 @@ class ClaimChecker:
             return _LOADED[key]
 
     def probabilities(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32) -> list[float]:
-        """P(supported) for each (claim, passage) pair, the passage truncated to the window."""
+        """P(supported) for each (claim, passage) pair, the passage truncated to the window. Pairs
+        already scored in this process are not scored again (a sweep's points and a test session
+        check the same answers many times); the encoder is deterministic, so this changes no value."""
+        seen = self._seen
+        todo = list(dict.fromkeys(p for p in pairs if p not in seen))
+        if todo:
+            for p, v in zip(todo, self._score(todo, batch_size)):
+                seen[p] = v
+            if len(seen) > 200_000:  # a bound on memory: forget the oldest half
+                for key in list(seen)[:100_000]:
+                    del seen[key]
+        return [seen[p] for p in pairs]
+
+    def _score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> list[float]:
         torch = self._torch
         order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
         out = [0.0] * len(pairs)
