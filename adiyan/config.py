@@ -206,6 +206,11 @@ class ConversationConfig(_Section):
     # compete) and its recency-weighted score is at least this share of the best fact's
     facts_min_similarity: float = Field(0.2, ge=-1, le=1)
     facts_min_relative: float = Field(0.5, ge=0, le=1)
+    # a conversation turn (ask --conversation) with retrieval.query_transform=none rewrites its
+    # follow-up by rules (history_rules: "And for a group?" after a price question asks the price
+    # for a group); false searches the message as said. A history_llm / history_rules transform
+    # set in retrieval.query_transform is used as set
+    rewrite_followups: bool = True
 
 
 class GenerationConfig(_Section):

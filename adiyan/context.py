@@ -55,6 +55,7 @@ class TurnContext:
     history_scores: list[dict] = field(default_factory=list)  # every windowed turn: role, content, relevance, kept
     dropped_facts: list[dict] = field(default_factory=list)  # candidates left out: text, kind, score, why
     now: str | None = None
+    rewritten: str | None = None  # the retrieval's standalone form of the message, when it made one
 
     def fact_lines(self) -> list[str]:
         """The facts as generation shows them: preferences marked, each with the date it was said."""
@@ -159,18 +160,27 @@ def assemble(settings, message: str, *, memory=None, user_id: str | None = None,
                                       recency=settings.memory.recency)
     hist, scored = filter_history(message, history, embedder, window=cc.history_window,
                                   min_relevance=cc.history_min_relevance, rewritten=rewritten)
-    return TurnContext(message, facts, hist, scored, dropped, now_iso)
+    return TurnContext(message, facts, hist, scored, dropped, now_iso,
+                       rewritten if rewritten and rewritten != message else None)
 
 
 def answer(llm, ctx: TurnContext, chunks, settings, cache=None) -> Answer:
-    """Grounded generation over ``chunks`` with the three parts (facts, history, message)."""
-    return answer_question(llm, ctx.message, chunks, settings, cache, memory=ctx.fact_lines(),
+    """Grounded generation over ``chunks`` with the three parts (facts, history, message). The
+    extractive answerer reads no history, so it answers the standalone form of a follow-up ("How
+    much does the Triglav Lakes Trek cost for a group?" for "And for a group?") when the retrieval
+    made one; a generative model gets the message as said, with the history in its prompt."""
+    question = ctx.rewritten if ctx.rewritten and getattr(llm, "generative", True) is False else ctx.message
+    return answer_question(llm, question, chunks, settings, cache, memory=ctx.fact_lines(),
                            history=ctx.history_messages())
 
 
 def open_conversation_retriever(settings, kb, llm=None, *, entry_point: str = "a conversation", **kwargs):
     """The retrieval pipeline for conversation turns: it passes the history, so the history
-    transforms (``retrieval.query_transform=history_rules|history_llm``) are honoured."""
+    transforms (``retrieval.query_transform=history_rules|history_llm``) are honoured; with
+    ``query_transform=none`` and ``conversation.rewrite_followups`` (the default) follow-ups are
+    rewritten by rules."""
+    if settings.retrieval.query_transform == "none" and settings.conversation.rewrite_followups:
+        settings = settings.with_overrides({"retrieval.query_transform": "history_rules"})
     return open_retriever(settings, kb, llm, entry_point=entry_point, supports_history=True, **kwargs)
 
 

@@ -54,8 +54,11 @@ def rewrite_mode(settings) -> str:
 
 
 def _raw_settings(settings):
-    qt = settings.retrieval.query_transform
-    return settings.with_overrides({"retrieval.query_transform": "none"}) if qt in HISTORY_MODES else settings
+    """The "as said" side: no history transform (not even conversation.rewrite_followups' rules)."""
+    over = {"conversation.rewrite_followups": False}
+    if settings.retrieval.query_transform in HISTORY_MODES:
+        over["retrieval.query_transform"] = "none"
+    return settings.with_overrides(over)
 
 
 def window_messages(history, window: int) -> list[dict]:

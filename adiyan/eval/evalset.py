@@ -305,7 +305,7 @@ def _gold_grades(row: dict, qpath: Path, n: int) -> dict[str, int]:
 
 
 # -- conversation evalsets (manifest ``kind: conversations``; evalsets/conversations/README.md) ----
-TURN_KINDS = {"opener", "pronoun", "ellipsis", "statement", "memory", "correction", "coaching", "doc_memory"}
+TURN_KINDS = {"opener", "pronoun", "ellipsis", "fragment", "statement", "memory", "correction", "coaching", "doc_memory"}
 _TURN_KEYS = {"at", "kind", "message", "standalone", "reply", "gold_sources", "answer_keywords", "remember", "recall",
               "stale"}
 

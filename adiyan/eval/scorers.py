@@ -38,7 +38,7 @@ from .judge import calibrate_reusing, evalset_calibration_pairs, judge_from_sett
 from .ragas_metrics import score_llm, score_non_llm, summarize
 
 IR_DEPTH = 10  # the depth of the ranking metrics (``{depth}`` entries of the retrieval block)
-FOLLOW_UP_KINDS = ("pronoun", "ellipsis")
+FOLLOW_UP_KINDS = ("pronoun", "ellipsis", "fragment")
 
 
 @dataclass

@@ -123,6 +123,10 @@ _PRONOUN = re.compile(r"\b(?:(?:that|this|the same|those|these)\s+(?:tour|trip|t
                       re.IGNORECASE)
 _EXISTENTIAL = re.compile(r"\b(?:is|are|was|were|be)\s+there\b|\bthere\s+(?:is|are|was|were)\b", re.IGNORECASE)
 _ELLIPSIS = re.compile(r"^\s*(?:(?:and|but|so)\s+)?(?:what|how)\s+about\s+(?P<x>.+?)\s*[?.!]*\s*$", re.IGNORECASE)
+# a verbless fragment that narrows the previous question: "And for a group?", "What about in winter?"
+_FRAGMENT = re.compile(r"^\s*(?:(?:and|but|so|also|ok|okay)\b[\s,]*|(?:and\s+)?(?:what|how)\s+about\s+)"
+                       r"(?P<x>(?:for|with|in|on|at|during|by|without|after|before|from|per|under|over)\b"
+                       r"[^?.!]{0,60})\s*[?.!]*\s*$", re.IGNORECASE)
 _PLACEHOLDER_QUESTION = re.compile(r"^\s*(?:<[^>]*>|\.\.\.|…|standalone question|question)?\s*$", re.IGNORECASE)
 _LEADING = re.compile(r"^\s*(?:and|but|so|also|ok|okay)\b[\s,]*", re.IGNORECASE)
 LLM_REWRITE_PROMPT = (
@@ -176,18 +180,31 @@ def rewrite_followup(message: str, history) -> str:
     resolves against its first named subject. An empty history returns the message unchanged.
     """
     resolved: list[dict] = []
+    base = None  # the last question a fragment narrows: the last user turn that was no fragment, resolved
     for t in history:
         if t.get("role") == "user" and t.get("content"):
-            resolved.append({"role": "user", "content": _rewrite_one(t["content"], resolved)})
+            resolved.append({"role": "user", "content": _rewrite_one(t["content"], resolved, base)})
+            if not _is_fragment(t["content"]):
+                base = resolved[-1]["content"]
         elif t.get("content"):
             resolved.append({"role": t.get("role", "assistant"), "content": t["content"]})
-    return _rewrite_one(message, resolved)
+    return _rewrite_one(message, resolved, base)
 
 
-def _rewrite_one(message: str, history: list[dict]) -> str:
+def _is_fragment(message: str) -> bool:
+    return bool(_FRAGMENT.match(message)) and not entities(message)
+
+
+def _rewrite_one(message: str, history: list[dict], base: str | None = None) -> str:
     prev, reply = _previous(history)
     if prev is None:
         return message
+    frag = _FRAGMENT.match(message)
+    if frag and not entities(message):
+        # "And for a group?": the question it narrows, asked for that ("And for a child of 8?" after
+        # it narrows the same question again, not the group's)
+        q = base or prev
+        return f"{q.strip().rstrip('?.! ')} {frag.group('x').strip()}?"
     m = _ELLIPSIS.match(message)
     if m:  # "what about X?": the previous question with X in place of its subject
         x = re.sub(r"^(?:the)\s+", "", m.group("x").strip(), flags=re.IGNORECASE)
