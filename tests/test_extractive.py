@@ -15,7 +15,8 @@ from adiyan.generation import (GROUNDING, NO_CONTEXT_ANSWER, STRICT, BudgetTooLa
                                assemble_context, effective_budget)
 from adiyan.kb import RetrievedChunk
 from adiyan.models import load_llm
-from adiyan.models.extractive import ExtractiveAnswerer, parse_passages, question_types, split_sentences
+from adiyan.models.extractive import (ExtractiveAnswerer, parse_passages, question_types, split_sentences,
+                                      split_units)
 
 PRICE = ("# Pokljuka Snowshoe Weekend\n\nThe Pokljuka Snowshoe Weekend (TR-SNW-02) is a two-day tour on the "
          "Pokljuka plateau above Bled. It costs 320 euros per person; snowshoes and poles are included. "
@@ -80,10 +81,27 @@ def test_chat_reads_the_grounded_prompt_like_answer_question(answerer, make_sett
     assert answerer.chat([{"role": "user", "content": "Action?"}]).text == NO_CONTEXT_ANSWER  # no passages
 
 
-def test_sentences_split_markdown_and_tables():
+def test_units_read_a_table_row_with_its_header_and_headings_as_context():
     text = "# Prices\n\n| Tour | Code | Price |\n|---|---|---|\n| Snowshoe Weekend | TR-SNW-02 | 320 |\nOne more line here."
-    # the heading (one word) is dropped, the |---| rule is no text, table rows are read as their cells
-    assert split_sentences(text) == ["Tour | Code | Price", "Snowshoe Weekend | TR-SNW-02 | 320", "One more line here."]
+    # the heading is context, never a unit; the header row is no unit of its own: each row is read with it
+    assert split_units(text) == [("Tour: Snowshoe Weekend; Code: TR-SNW-02; Price: 320", "Prices"),
+                                 ("One more line here.", "Prices")]
+    assert split_sentences(text) == ["Tour: Snowshoe Weekend; Code: TR-SNW-02; Price: 320", "One more line here."]
+    # the chunker's heading path on a chunk's first line is a heading, even when it ends in "?"
+    faq = "FAQ > Pets > Can I bring my dog?\n\nNo. Pets are not allowed on any tour."
+    assert split_units(faq) == [("Pets are not allowed on any tour.", "FAQ > Pets > Can I bring my dog?")]
+    # a slide's soft-wrapped lines are one unit; a title-case line before a blank line is a heading
+    slide = "WINTER PROMO\nCode SNOW-24 gives\n15 percent off all\nsnowshoe tours\n\nAdiyan Travel Sales Contacts\n\nWrite to us."
+    assert split_units(slide) == [("Code SNOW-24 gives 15 percent off all snowshoe tours", "WINTER PROMO"),
+                                  ("Write to us.", "Adiyan Travel Sales Contacts")]
+
+
+def test_a_table_row_is_answered_with_its_header(answerer):
+    table = ("## 2026 booking targets by tour\n\n| Product code | Tour | Bookings 2025 | Target 2026 |\n"
+             "| --- | --- | --- | --- |\n| TR-ALP-07 | Alpine Lakes Discovery | 412 | 450 |\n"
+             "| TR-JUL-03 | Julian Alps Weekend | 655 | 720 |\n")
+    ex = answerer.extract("What is the 2026 target for the Julian Alps Weekend (TR-JUL-03)?", [FAQ, table])
+    assert ex.text == "Product code: TR-JUL-03; Tour: Julian Alps Weekend; Bookings 2025: 655; Target 2026: 720 [2]"
 
 
 def test_names_pick_the_answerer_and_a_server_replaces_it():

@@ -47,7 +47,8 @@ from .base import ChatMessage, Completion, as_messages
 PARAMS_FILE = Path(__file__).with_name("extractive.yaml")
 ABSTAIN_TEXT = "I don't know based on the documents."  # = generation.NO_CONTEXT_ANSWER (no import cycle)
 DEFAULT_PARAMS = {"threshold": 0.35, "cue_weight": 0.1, "lexical_weight": 0.2, "second_margin": 0.05,
-                  "max_sentences": 2}
+                  "max_sentences": 2, "reader": False, "reader_top": 10, "reader_weight": 1.0,
+                  "reader_threshold": 1.3, "reader_margin": 0.1}
 
 _NUM_Q = re.compile(r"\b(how (much|many|long|far|old|often|tall|high|big|large|heavy|deep|wide|fast)|"
                     r"price|prices|cost|costs|fee|fees|percentage|percent|number of|amount|rate|"
@@ -75,23 +76,97 @@ them there here about into over under up down out off again all any each few mor
 very just also only much many long per one get got tell please""".split())
 
 
-def split_sentences(text: str) -> list[str]:
-    """A passage's sentences (and lines: headings, list items, table rows), markup stripped,
-    whitespace collapsed; units of fewer than three words are dropped (headings, labels)."""
-    out = []
-    for part in _SENT_END.split(text):
-        s = _MARKUP.sub("", part).strip()
-        if s.startswith("|"):  # a Markdown table row: its cells, readable
-            cells = [c.strip() for c in s.strip("|").split("|")]
-            if all(set(c) <= set("-: ") for c in cells):
-                continue  # the |---|---| rule
-            s = " | ".join(c for c in cells if c)
-        s = " ".join(s.split())
-        if s.endswith(" …"):  # a passage the budget cut: its last unit is partial, still a quote
-            s = s[:-2].rstrip()
-        if len(_WORD.findall(s)) >= 3:
+_HEADING = re.compile(r"^\s*#{1,6}\s+")
+_LIST = re.compile(r"^\s*([-*+]|\d+[.)])\s+")
+_RULE_CELL = set("-: ")
+
+
+def _soft_lines(text: str) -> list[str]:
+    """The passage's lines, soft-wrapped ones joined: a line that ends no sentence, followed by one
+    that opens in lower case or with a digit (and is no list item, table row or heading), continues
+    it (a slide's "Code SNOW-24 gives" / "15 percent off all" / "snowshoe tours")."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        s = line.strip()
+        prev = out[-1] if out else ""
+        if (s and prev and not prev.startswith(("|", "#")) and not s.startswith("|") and not _LIST.match(s)
+                and not re.search(r"[.!?:;]\s*$", prev) and (s[0].islower() or s[0].isdigit())):
+            out[-1] = f"{prev} {s}"
+        else:
             out.append(s)
     return out
+
+
+_EMPHASIS = re.compile(r"(\*\*|__|`)")
+
+
+def _cells(row: str) -> list[str]:
+    return [_EMPHASIS.sub("", c).strip() for c in row.strip().strip("|").split("|")]
+
+
+def _is_title(line: str, following: str) -> bool:
+    """A line that names what follows rather than saying something: no sentence end, no table
+    row or list item, and either under three words ("WINTER PROMO") or in title case before a
+    blank line ("Adiyan Travel: Frequently Asked Questions")."""
+    if line.startswith("|") or _LIST.match(line) or re.search(r"[.!?;]\s*$", line):
+        return False
+    words = _WORD.findall(line)
+    if len(words) < 3:
+        return True
+    long = [w for w in words if len(w) > 3 and not w[0].isdigit()]
+    return not following and bool(long) and sum(w[0].isupper() for w in long) / len(long) >= 0.75
+
+
+def split_units(text: str) -> list[tuple[str, str]]:
+    """A passage's answerable units, each with the heading it sits under: ``(unit, heading)``.
+
+    Units are sentences and lines (list items, a slide's lines), markup stripped, whitespace
+    collapsed. Headings are context, never a unit: a Markdown heading, and the chunker's heading
+    path on a chunk's first line ("Guide > Chapter 4 > The Zlatorog Saddle Hut"); they are what
+    the units under them are about. A table row is one unit read with its header,
+    "Product code: TR-JUL-03; Target 2026: 720" (a row cut from its header by the chunker is read
+    as its cells). Units of fewer than three words are dropped (labels)."""
+    out: list[tuple[str, str]] = []
+    heading, header, prev_cells = "", None, None
+    lines = _soft_lines(text)
+    for n, line in enumerate(lines):
+        if not line:
+            continue
+        if _HEADING.match(line) or (n == 0 and " > " in line) or _is_title(line, lines[n + 1] if n + 1 < len(lines) else ""):
+            heading, header = " ".join(_EMPHASIS.sub("", _HEADING.sub("", line)).split()), None
+            continue
+        if line.startswith("|"):
+            cells = _cells(line)
+            if all(set(c) <= _RULE_CELL for c in cells):  # the |---| rule: the row before it was the header
+                if prev_cells is not None and out and out[-1][0] == " ".join(" | ".join(c for c in prev_cells if c).split()):
+                    out.pop()
+                header, prev_cells = prev_cells, None
+                continue
+            prev_cells = cells
+            if header and len(header) == len(cells):
+                unit = "; ".join(f"{h}: {c}" if h else c for h, c in zip(header, cells) if c)
+            else:
+                unit = " | ".join(c for c in cells if c)
+            unit = " ".join(unit.split())
+            if len(_WORD.findall(unit)) >= 3:
+                out.append((unit, heading))
+            continue
+        header = prev_cells = None
+        # a list item is one unit (its sentences share a subject: "The Julian Alps Weekend costs 450
+        # euros per person. The single supplement is 95 euros."), unless it is long
+        parts = [line] if _LIST.match(line) and len(line.split()) <= 60 else _SENT_END.split(line)
+        for part in parts:
+            s = " ".join(_EMPHASIS.sub("", _MARKUP.sub("", part)).strip().split())
+            if s.endswith(" …"):  # a passage the budget cut: its last unit is partial, still a quote
+                s = s[:-2].rstrip()
+            if len(_WORD.findall(s)) >= 3:
+                out.append((s, heading))
+    return out
+
+
+def split_sentences(text: str) -> list[str]:
+    """A passage's answerable units (``split_units`` without their headings)."""
+    return [u for u, _ in split_units(text)]
 
 
 def _stem(w: str) -> str:
@@ -149,6 +224,13 @@ class Candidate:
     cue: float = 0.0
     overlap: float = 0.0
     previous: str = ""  # the sentence before it in the passage ("" for the first)
+    heading: str = ""  # the heading it sits under ("" for none)
+    reader: float | None = None  # the reader's P(it answers the question); None: not read
+
+    def headed(self) -> str:
+        """What the reader reads: the unit under its heading (and after the unit it refers back to)."""
+        body = self.quote()
+        return f"{self.heading}: {body}" if self.heading else body
 
     def quote(self) -> str:
         """The sentence, with the one before it when it opens with a pronoun."""
@@ -188,16 +270,22 @@ class ExtractiveAnswerer:
 
     generative = False
 
-    def __init__(self, embedder, *, params: dict | None = None, context_size: int = 8192):
+    def __init__(self, embedder, *, params: dict | None = None, context_size: int = 8192, reader=None):
         self.embedder = embedder
         self.params = {**load_params(), **(params or {})}
         self.context_size = context_size  # passages it can read at once (no model window: the budget rules)
         eid = getattr(embedder, "id", "?")
-        self.id = f"extractive-v1:{eid}"
+        self.reader = None
+        if self.params.get("reader"):
+            from .reader import Reader  # heavy (torch): loaded only when the calibrated parameters use it
+
+            self.reader = reader or Reader.load()
+        self.id = f"extractive-v2:{eid}" + (f"+{self.reader.identity}" if self.reader else "")
         self.temperature, self.max_tokens, self.seed = 0.0, 0, 0
 
     def describe(self) -> dict:
         return {"id": self.id, "kind": "extractive", "params": dict(self.params),
+                "reader": getattr(self.reader, "identity", None),
                 "params_file": str(PARAMS_FILE) if PARAMS_FILE.is_file() else None}
 
     def count_tokens(self, text: str) -> int:
@@ -208,22 +296,27 @@ class ExtractiveAnswerer:
         """Every sentence of every passage with its similarity, cue and overlap (unscored)."""
         cands: list[Candidate] = []
         for i, text in enumerate(passages, 1):
-            sents = split_sentences(text)
-            for j, sent in enumerate(sents):
-                cands.append(Candidate(i, j, sent, previous=sents[j - 1] if j else ""))
+            units = split_units(text)
+            for j, (sent, heading) in enumerate(units):
+                prev = units[j - 1][0] if j and units[j - 1][1] == heading else ""
+                cands.append(Candidate(i, j, sent, previous=prev, heading=heading))
         if not cands:
             return []
-        windows = [f"{c.previous} {c.text}" if c.previous else c.text for c in cands]
+        # each unit is read alone and under its heading (what it is about); one that opens with a
+        # pronoun also with the unit before it, which says what "it" is (and is quoted with it)
+        windows = [f"{c.previous} {c.text}" if c.previous and _ANAPHOR.match(c.text) else c.text for c in cands]
+        headed = [f"{c.heading}: {c.text}" if c.heading else c.text for c in cands]
         q = np.asarray(self.embedder.embed([question], kind="query"), dtype=np.float32)[0]
-        uniq = list(dict.fromkeys([c.text for c in cands] + windows))
+        uniq = list(dict.fromkeys([c.text for c in cands] + windows + headed))
         rows = np.asarray(self.embedder.embed(uniq, kind="document"), dtype=np.float32)
         sim = dict(zip(uniq, (rows @ q).tolist()))
         types = question_types(question)
         qwords = content_words(question)
-        for c, w in zip(cands, windows):
-            c.similarity = round(max(sim[c.text], sim[w]), 6)
+        for c, w, h in zip(cands, windows, headed):
+            c.similarity = round(max(sim[c.text], sim[w], sim[h]), 6)
             c.cue = cue(types, question, c.text)
-            c.overlap = round(len(qwords & content_words(w)) / len(qwords), 6) if qwords else 0.0
+            c.overlap = (round(len(qwords & (content_words(w) | content_words(c.heading))) / len(qwords), 6)
+                         if qwords else 0.0)
         return cands
 
     def rescore(self, cands: list[Candidate], params: dict | None = None) -> list[Candidate]:
@@ -232,9 +325,20 @@ class ExtractiveAnswerer:
             c.score = round(c.similarity + p["cue_weight"] * c.cue + p["lexical_weight"] * c.overlap, 6)
         return cands
 
+    def read(self, question: str, cands: list[Candidate], top: int | None = None) -> list[Candidate]:
+        """The reader's P(answers) on the ``top`` candidates by score (the rest keep ``reader=None``)."""
+        if self.reader is None or not cands:
+            return cands
+        n = int(top if top is not None else self.params["reader_top"])
+        ranked = sorted(cands, key=lambda c: (-c.score, c.passage, c.position))[:n]
+        for c, p in zip(ranked, self.reader.answers(question, [c.headed() for c in ranked])):
+            c.reader = round(p, 6)
+        return cands
+
     def candidates(self, question: str, passages: Sequence[str]) -> list[Candidate]:
-        """Every sentence of every passage, scored (unsorted; passage numbers from 1)."""
-        return self.rescore(self.features(question, passages))
+        """Every sentence of every passage, scored (unsorted; passage numbers from 1); with the
+        reader, the best ``reader_top`` of them also read."""
+        return self.read(question, self.rescore(self.features(question, passages)))
 
     def extract(self, question: str, passages: Sequence[str]) -> Extraction:
         return self.decide(question, self.candidates(question, passages))
@@ -244,6 +348,8 @@ class ExtractiveAnswerer:
         p = params or self.params
         if not cands:
             return Extraction(ABSTAIN_TEXT, [], None, True)
+        if p.get("reader") and any(c.reader is not None for c in cands):
+            return self._decide_read(cands, p)
         ranked = sorted(cands, key=lambda c: (-c.score, c.passage, c.position))
         best = ranked[0]
         if best.score < p["threshold"]:
@@ -254,6 +360,27 @@ class ExtractiveAnswerer:
             if len(quoted) >= int(p["max_sentences"]):
                 break
             if c.score < best.score - p["second_margin"] or (typed and not c.cue):
+                break
+            if c.text not in {q.text for q in quoted} and c.text != best.previous and c.previous != best.text:
+                quoted.append(c)
+        text = " ".join(f"{c.quote()} [{c.passage}]" for c in quoted)
+        return Extraction(text, quoted, best, False)
+
+    def _decide_read(self, cands: list[Candidate], p: dict) -> Extraction:
+        """With the reader: each read unit's ``score + reader_weight · P(answers)`` decides. The best
+        is quoted unless it is under ``reader_threshold`` (then the abstention); a second unit within
+        ``reader_margin`` of it that also clears the threshold is quoted too."""
+        w = p["reader_weight"]
+        z = {id(c): c.score + w * c.reader for c in cands if c.reader is not None}
+        read = sorted((c for c in cands if c.reader is not None),
+                      key=lambda c: (-z[id(c)], c.passage, c.position))
+        best = read[0]
+        if z[id(best)] < p["reader_threshold"]:
+            return Extraction(ABSTAIN_TEXT, [], best, True)
+        quoted = [best]
+        for c in read[1:]:
+            if len(quoted) >= int(p["max_sentences"]) or \
+                    z[id(c)] < max(p["reader_threshold"], z[id(best)] - p["reader_margin"]):
                 break
             if c.text not in {q.text for q in quoted} and c.text != best.previous and c.previous != best.text:
                 quoted.append(c)

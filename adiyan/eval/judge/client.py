@@ -472,7 +472,8 @@ def judge_from_settings(settings, *, cache=None, **judge_kwargs) -> Judge | None
                    context_size=settings.llm.context_size, temperature=0.0,
                    max_tokens=getattr(ev, "judge_max_tokens", None) or 512,
                    seed=settings.llm.seed if seed is None else seed,
-                   timeout_s=timeout_s, api_key_env=settings.llm.api_key_env, structured=settings.llm.structured)
+                   timeout_s=timeout_s, api_key_env=settings.llm.api_key_env, structured=settings.llm.structured,
+                   models_dir=settings.paths.models_dir)  # a packaged tier (qwen2.5-coder-*) is joined there
     cache = cache or call_cache(settings, "judge")
     judge_kwargs.setdefault("timeout_s", timeout_s)
     judge_kwargs.setdefault("max_tokens", getattr(ev, "judge_max_tokens", None) or 512)
