@@ -120,6 +120,7 @@ def keyword_hit(name: str, answer: str, it: dict) -> bool | None:
 # -- calibration ------------------------------------------------------------------------
 GRID_CUE = [0.0, 0.1, 0.2, 0.3, 0.4]
 GRID_LEX = [0.0, 0.1, 0.2, 0.3]
+GRID_READER = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0]
 
 
 def _correct(name: str, text: str, it: dict) -> bool:
@@ -136,8 +137,21 @@ def _correct(name: str, text: str, it: dict) -> bool:
     return False
 
 
+def youden(pos: list[float], neg: list[float]) -> tuple[float, float]:
+    """The cut t maximising TPR - FPR (score >= t answers), and that J."""
+    best_t, best_j = 0.0, -2.0
+    for t in sorted(set(pos + neg)):
+        tpr = sum(p >= t for p in pos) / len(pos)
+        fpr = sum(x >= t for x in neg) / len(neg)
+        if tpr - fpr > best_j:
+            best_t, best_j = t, tpr - fpr
+    return best_t, best_j
+
+
 def calibrate(args) -> dict:
     llm = open_llm(settings_for(ROOT / "evalsets" / "adiyan_full"))
+    llm.params["reader"] = False  # the cosine score first: its weights and threshold as before
+    llm.reader = None
     feats = []  # (set, item, candidates with features)
     for name in QA_SETS:
         its, s = items(name, "calibration")
@@ -172,27 +186,67 @@ def calibrate(args) -> dict:
             neg.append(top)
         elif it["gold_in_context"]:
             pos.append(top)
-    best_t, best_j = None, -2.0
-    for t in sorted(set(pos + neg)):
-        tpr = sum(p >= t for p in pos) / len(pos)
-        fpr = sum(x >= t for x in neg) / len(neg)
-        if tpr - fpr > best_j:
-            best_t, best_j = t, tpr - fpr
+    best_t, best_j = youden(pos, neg)
     result = {"threshold": round(best_t, 4), "cue_weight": best["cue_weight"],
               "lexical_weight": best["lexical_weight"], "second_margin": params["second_margin"],
-              "max_sentences": params["max_sentences"],
-              "calibrated_on": "XQuAD en + ClapNQ dev, even half by sha256(question id) (benchmarks/answerer.py)",
-              "youden_j": round(best_j, 4), "n_positive": len(pos), "n_negative": len(neg),
-              "grid": grid, "measured_at": machine()["measured_at"]}
+              "max_sentences": params["max_sentences"]}
+    reader_fig = {}
+    if not args.no_reader:
+        # the reader reads each item's best reader_top units (by the calibrated score); its
+        # threshold is the Youden J cut of the top P(answers) between the same positives and negatives
+        from adiyan.models.reader import Reader
+
+        llm.reader = Reader.load(Path(args.reader) if args.reader else None)
+        top_n = int(llm.params["reader_top"])
+        for name, it, cands in feats:
+            for c in cands:
+                c.reader = None
+            llm.read(it["question"], llm.rescore(cands, params), top=top_n)
+        # the reader's weight beside the score by top-1 accuracy (as the score's weights), then the
+        # threshold on score + weight * P(answers) by Youden J, over the same positives and negatives
+        rgrid = []
+        for w in GRID_READER:
+            p = {**params, "reader": True, "reader_weight": w, "reader_threshold": -99.0, "max_sentences": 1}
+            right, rpos, rneg = {n: [] for n in QA_SETS}, [], []
+            for name, it, cands in feats:
+                if not cands:
+                    (rneg if it["unanswerable"] else rpos).append(-99.0)
+                    continue
+                ex = llm.decide(it["question"], cands, p)
+                top = ex.best.score + w * ex.best.reader
+                if it["unanswerable"]:
+                    rneg.append(top)
+                elif it["gold_in_context"]:
+                    rpos.append(top)
+                    right[name].append(_correct(name, ex.text, it))
+            per = {n: sum(v) / len(v) for n, v in right.items() if v}
+            rgrid.append({"reader_weight": w, **{f"top1_{n}": round(v, 4) for n, v in per.items()},
+                          "top1_mean": round(sum(per.values()) / len(per), 4), "_pos": rpos, "_neg": rneg})
+        rbest = max(rgrid, key=lambda g: (g["top1_mean"], -g["reader_weight"]))
+        rt, rj = youden(rbest["_pos"], rbest["_neg"])
+        result.update({"reader": True, "reader_top": top_n, "reader_weight": rbest["reader_weight"],
+                       "reader_threshold": round(rt, 4), "reader_margin": llm.params["reader_margin"],
+                       "reader_identity": llm.reader.identity})
+        reader_fig = {"reader_youden_j": round(rj, 4),
+                      **{f"reader_{k}": v for k, v in rbest.items() if k.startswith("top1_")},
+                      "reader_grid": [{k: v for k, v in g.items() if not k.startswith("_")} for g in rgrid]}
+    else:
+        result["reader"] = False
+    result.update({"calibrated_on": "XQuAD en + ClapNQ dev, even half by sha256(question id) (benchmarks/answerer.py)",
+                   "youden_j": round(best_j, 4), **reader_fig, "n_positive": len(pos), "n_negative": len(neg),
+                   "grid": grid, "measured_at": machine()["measured_at"]})
     header = ("# The extractive answerer's calibrated parameters (adiyan/models/extractive.py), written by\n"
               "# `python benchmarks/answerer.py --calibrate`: weights by top-1 answer-sentence accuracy, threshold by\n"
               "# Youden J (answerable with gold in context vs. the same questions with gold removed), on the\n"
-              "# calibration halves of XQuAD and ClapNQ only; never on adiyan_full or the measured halves.\n")
+              "# calibration halves of XQuAD and ClapNQ only; never on adiyan_full or the measured halves.\n"
+              "# With the reader (adiyan/models/reader.py) each read unit scores score + reader_weight * P(answers):\n"
+              "# the weight by top-1 accuracy, reader_threshold by Youden J on it (threshold is the score's alone,\n"
+              "# used with reader: false).\n")
     import yaml
 
-    keep = {k: v for k, v in result.items() if k != "grid"}
+    keep = {k: v for k, v in result.items() if k not in ("grid", "reader_grid")}
     PARAMS_FILE.write_text(header + yaml.safe_dump(keep, sort_keys=False), encoding="utf-8")
-    print(json.dumps({k: v for k, v in result.items() if k != "grid"}, indent=2))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("grid", "reader_grid")}, indent=2))
     return result
 
 
@@ -243,7 +297,7 @@ def score(name, its, answers) -> dict:
             "latency_p95_s": round(percentile(lat, 95), 4) if lat else None}
 
 
-def paired(name: str, its, first: dict, second: dict) -> dict:
+def paired(name: str, its, first: dict, second: dict, other: str = "smollm2") -> dict:
     """Extractive (first) against SmolLM2 (second) on the same questions and retrieved chunks:
     per answerable question whether each holds a keyword, per unanswerable one whether each
     abstains; the discordant pairs and their exact McNemar p."""
@@ -251,7 +305,7 @@ def paired(name: str, its, first: dict, second: dict) -> dict:
         a_only = sum(1 for x, y in values if x and not y)
         b_only = sum(1 for x, y in values if y and not x)
         return {"questions": len(values), "both": sum(1 for x, y in values if x and y),
-                "extractive_only": a_only, "smollm2_only": b_only,
+                "extractive_only": a_only, f"{other}_only": b_only,
                 "neither": sum(1 for x, y in values if not x and not y), "mcnemar_p": mcnemar_p(a_only, b_only)}
 
     kw = [(keyword_hit(name, first[it["id"]], it), keyword_hit(name, second[it["id"]], it))
@@ -279,12 +333,16 @@ def measure(args) -> dict:
         its, s = items(name, "test")
         res, answered = {}, {}
         for llm_name in args.answerers:
-            ls = s.with_overrides({"llm.name": llm_name})
+            ablate = llm_name == "extractive-cosine"  # the same answerer without its reader (what the reader buys)
+            ls = s.with_overrides({"llm.name": "extractive" if ablate else llm_name})
             llm = open_llm(ls)
+            if ablate:
+                llm = ExtractiveAnswerer(llm.embedder, params={"reader": False}, context_size=llm.context_size)
             n = args.smollm2_full_n if name == "adiyan_full" else args.smollm2_n
-            sub = its if llm_name == "extractive" else _sample(its, n)
+            sub = its if llm_name.startswith("extractive") else _sample(its, n)
             answer_all(name, sub[:1], ls, llm, None)  # warm-up (model load) outside the timings
-            answers = answer_all(name, sub, ls, llm, smol_cache if llm_name == "smollm2" else None)
+            generative = getattr(llm, "generative", True)  # a model's answers are kept (replayed on a re-run)
+            answers = answer_all(name, sub, ls, llm, smol_cache if generative else None)
             answered[llm_name] = {a["id"]: a["answer"] for a in answers}
             res[llm_name] = {**score(name, sub, answers), "llm": llm.id,
                              "budget": effective_budget(ls, llm)}
@@ -297,10 +355,13 @@ def measure(args) -> dict:
                                          for it, a in list(zip(sub, answers))[:6]]
             print(name, llm_name, json.dumps({k: v for k, v in res[llm_name].items()
                                               if k not in ("examples", "budget")}), flush=True)
-        if {"extractive", "smollm2"} <= set(answered):
-            res["paired"] = paired(name, [it for it in its if it["id"] in answered["smollm2"]],
-                                   answered["extractive"], answered["smollm2"])
-            print(name, "paired", json.dumps(res["paired"]), flush=True)
+        for other in answered:  # the default against every other answerer, on the questions both answered
+            if other == "extractive" or "extractive" not in answered:
+                continue
+            key = "paired" if other == "smollm2" else f"paired_{other}"
+            res[key] = paired(name, [it for it in its if it["id"] in answered[other]],
+                              answered["extractive"], answered[other], other=other)
+            print(name, key, json.dumps(res[key]), flush=True)
         result["sets"][name] = res
     write_json(result, args.out)
     return result
@@ -317,6 +378,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sets", nargs="+", default=["adiyan_full", "xquad", "clapnq"])
     ap.add_argument("--answerers", nargs="+", default=["extractive", "smollm2"])
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--reader", help="a reader folder (default: the committed adiyan/models/trained/reader)")
+    ap.add_argument("--no-reader", action="store_true", help="--calibrate the cosine score only (reader: false)")
     args = ap.parse_args(argv)
     if args.calibrate:
         cal = calibrate(args)
