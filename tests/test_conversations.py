@@ -47,6 +47,11 @@ def test_rules_resolve_pronouns_and_ellipsis():
     assert rewrite_followup("And for a group?", h5) == "How much does the Julian Alps Weekend cost for a group?"
     assert rewrite_followup("What about for a child of 8?", h5 + [_u("And for a group?")]) == \
         "How much does the Julian Alps Weekend cost for a child of 8?"
+    # ... and is also searched without the previous subject (fused), so the group discount can rank
+    assert transform_query("And for a group?", "history_rules", history=h5).queries == [
+        "How much does the Julian Alps Weekend cost for a group?", "How much does it cost for a group?"]
+    assert transform_query("And how much does it cost?", "history_rules", history=h).queries == [
+        "How much does TR-TRG-04 cost?"]  # no fragment: one query
     h4 = [_u("Do you sell gift vouchers?")]
     assert rewrite_followup("How long would one stay valid?", h4) == \
         "Do you sell gift vouchers? How long would one stay valid?"

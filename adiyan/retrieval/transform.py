@@ -80,7 +80,11 @@ def transform_query(question: str, mode: str, *, llm=None, cache=None, history=N
         if history is None:
             raise ValueError(f"retrieval.query_transform={mode} needs the conversation history (history=[])")
         if mode == "history_rules":
-            return TransformOutcome([rewrite_followup(question, history)])
+            rewritten = rewrite_followup(question, history)
+            narrowed = fragment_query(question, history)
+            # a fragment ("And for a group?") is also searched without the previous subject, so what
+            # narrows it (the group discount) can rank beside the subject's own chunks (fused)
+            return TransformOutcome([rewritten] + ([narrowed] if narrowed and narrowed != rewritten else []))
         if llm is None:
             raise ValueError("retrieval.query_transform=history_llm needs an LLM (llm.name)")
         text = llm_rewrite(question, history, llm, cache)
@@ -189,6 +193,22 @@ def rewrite_followup(message: str, history) -> str:
         elif t.get("content"):
             resolved.append({"role": t.get("role", "assistant"), "content": t["content"]})
     return _rewrite_one(message, resolved, base)
+
+
+def fragment_query(message: str, history) -> str | None:
+    """For a fragment follow-up, the previous question's frame without its named subject, narrowed
+    by the fragment: "How much does the Julian Alps Weekend cost?" + "And for a group?" -> "How much
+    does it cost for a group?". None for any other message."""
+    frag = _FRAGMENT.match(message)
+    if not frag or entities(message):
+        return None
+    users = [t["content"] for t in history if t.get("role") == "user" and t.get("content") and not _is_fragment(t["content"])]
+    if not users:
+        return None
+    frame = users[-1].strip().rstrip("?.! ")
+    for e in entities(frame):
+        frame = re.sub(r"(?:\bthe\s+)?" + re.escape(e) + r"(?:'s)?", "it", frame)
+    return f"{' '.join(frame.split())} {frag.group('x').strip()}?"
 
 
 def _is_fragment(message: str) -> bool:
