@@ -224,14 +224,12 @@ def calibrate(args) -> dict:
                           "top1_mean": round(sum(per.values()) / len(per), 4), "_pos": rpos, "_neg": rneg})
         rbest = max(rgrid, key=lambda g: (g["top1_mean"], -g["reader_weight"]))
         rt, rj = youden(rbest["_pos"], rbest["_neg"])
-        result.update({"reader": True, "reader_top": top_n, "reader_weight": rbest["reader_weight"],
+        result.update({"reader_top": top_n, "reader_weight": rbest["reader_weight"],
                        "reader_threshold": round(rt, 4), "reader_margin": llm.params["reader_margin"],
                        "reader_identity": llm.reader.identity})
         reader_fig = {"reader_youden_j": round(rj, 4),
                       **{f"reader_{k}": v for k, v in rbest.items() if k.startswith("top1_")},
                       "reader_grid": [{k: v for k, v in g.items() if not k.startswith("_")} for g in rgrid]}
-    else:
-        result["reader"] = False
     result.update({"calibrated_on": "XQuAD en + ClapNQ dev, even half by sha256(question id) (benchmarks/answerer.py)",
                    "youden_j": round(best_j, 4), **reader_fig, "n_positive": len(pos), "n_negative": len(neg),
                    "grid": grid, "measured_at": machine()["measured_at"]})
@@ -333,11 +331,11 @@ def measure(args) -> dict:
         its, s = items(name, "test")
         res, answered = {}, {}
         for llm_name in args.answerers:
-            ablate = llm_name == "extractive-cosine"  # the same answerer without its reader (what the reader buys)
-            ls = s.with_overrides({"llm.name": "extractive" if ablate else llm_name})
+            if llm_name == "extractive-reader":  # the default with llm.reader=true (what the reader buys)
+                ls = s.with_overrides({"llm.name": "extractive", "llm.reader": True})
+            else:
+                ls = s.with_overrides({"llm.name": llm_name})
             llm = open_llm(ls)
-            if ablate:
-                llm = ExtractiveAnswerer(llm.embedder, params={"reader": False}, context_size=llm.context_size)
             n = args.smollm2_full_n if name == "adiyan_full" else args.smollm2_n
             sub = its if llm_name.startswith("extractive") else _sample(its, n)
             answer_all(name, sub[:1], ls, llm, None)  # warm-up (model load) outside the timings

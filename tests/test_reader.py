@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from adiyan import metrics as M
 from adiyan.generation import NO_CONTEXT_ANSWER, answer_question
 from adiyan.kb import RetrievedChunk
 from adiyan.models.checker import file_sha256
-from adiyan.models.extractive import ExtractiveAnswerer, load_params
+from adiyan.models.extractive import PARAMS_FILE, ExtractiveAnswerer
 from adiyan.models.reader import READER_DIR, Reader, knowledge_units, reader_pairs
 
 ROWS = [
@@ -54,7 +55,8 @@ def test_the_committed_weights_are_the_ones_the_card_names():
     assert file_sha256(READER_DIR / "weights.npz") == card["weights_sha256"]
     assert (READER_DIR / "weights.npz").stat().st_size <= 30 * 2**20  # committed once, int8
     assert card["command"].startswith("adiyan reader train")
-    assert load_params()["reader"] is True  # the calibrated answerer reads with it
+    calibrated = yaml.safe_load(PARAMS_FILE.read_text())
+    assert calibrated["reader_identity"] == Reader.load().identity  # calibrated with these weights
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +78,19 @@ PASSAGES = [
 ]
 
 
+def test_llm_reader_with_a_generative_model_is_refused_by_name():
+    from adiyan.config import ConfigError, load_settings
+    from adiyan.models.registry import llm_from_settings
+
+    s = load_settings(None, {"llm.name": "smollm2", "llm.reader": True}, environ={})
+    with pytest.raises(ConfigError, match="llm.reader=true .* llm.name=smollm2"):
+        llm_from_settings(s)
+
+
 def test_the_answerer_answers_what_the_reader_finds_and_abstains_when_nothing_answers(minilm, make_settings):
-    answerer = ExtractiveAnswerer(minilm)
+    answerer = ExtractiveAnswerer(minilm, params={"reader": True})  # llm.reader=true
     assert answerer.reader is not None and "+reader:" in answerer.id
+    assert ExtractiveAnswerer(minilm).reader is None  # the default: off
     s = make_settings(**{"llm.name": "extractive"})
     chunks = [RetrievedChunk(f"office/d{i}.md", i, 0.5, t) for i, t in enumerate(PASSAGES)]
     ans = answer_question(answerer, "How much is the deposit when I book?", chunks, s)

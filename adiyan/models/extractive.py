@@ -272,7 +272,7 @@ class ExtractiveAnswerer:
 
     def __init__(self, embedder, *, params: dict | None = None, context_size: int = 8192, reader=None):
         self.embedder = embedder
-        self.params = {**load_params(), **(params or {})}
+        self.params = {**load_params(), **(params or {})}  # "reader" comes from llm.reader (default off)
         self.context_size = context_size  # passages it can read at once (no model window: the budget rules)
         eid = getattr(embedder, "id", "?")
         self.reader = None

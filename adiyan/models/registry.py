@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..cache import CachedEmbedder, EmbeddingCache
 from . import assets
+from ..config import ConfigError
 from .base import ModelError, passive_openmp
 from .embedders import (NOMIC_ID, NOMIC_PREFIXES, LlamaCppEmbedder, OllamaEmbedder, OpenAICompatibleEmbedder,
                         SentenceTransformerEmbedder)
@@ -105,16 +106,19 @@ def load_embedder(name: str, *, models_dir: str | os.PathLike = ".cache/adiyan/m
 def load_llm(name: str, *, url: str | None = None, model: str | None = None, context_size: int = 2048,
              temperature: float = 0.0, max_tokens: int = 128, seed: int = 0, timeout_s: float = 120.0,
              api_key_env: str = "OPENAI_API_KEY", embedder=None, structured: str = "auto",
-             models_dir: str | os.PathLike = ".cache/adiyan/models"):
+             models_dir: str | os.PathLike = ".cache/adiyan/models", reader: bool = False):
     """The LLM named ``name``. ``extractive`` scores sentences with ``embedder`` (default: minilm,
     uncached); a configured ``url`` (llm.url) serves ``ollama:NAME`` / ``openai-compatible``;
     ``structured`` "none" forces structured calls to free text (adiyan/models/structured.py)."""
     _offline_env()
     if name in ("extractive", "smollm2") and url:
         name = "openai-compatible"  # a configured server (llm.url) replaces both in-process answerers
+    if reader and name != "extractive":
+        raise ConfigError(f"llm.reader=true reads units for the extractive answerer; llm.name={name} writes its "
+                          "answers (set llm.reader=false, or llm.name=extractive)")
     if name == "extractive":  # cheap to build; its embedder is memoised (and the caller's cache is its own)
         return ExtractiveAnswerer(embedder if embedder is not None else load_embedder("minilm"),
-                                  context_size=context_size)
+                                  context_size=context_size, params={"reader": bool(reader)})
     key = ("llm", name, url, model, context_size, temperature, max_tokens, seed, timeout_s, api_key_env, structured,
            str(models_dir) if name in TIERS else None)
     if key in _loaded:
@@ -165,4 +169,4 @@ def llm_from_settings(settings):
     return load_llm(lc.name, url=lc.url, model=lc.model, context_size=lc.context_size,
                     temperature=lc.temperature, max_tokens=lc.max_tokens, seed=lc.seed,
                     timeout_s=lc.timeout_s, api_key_env=lc.api_key_env, embedder=embedder, structured=lc.structured,
-                    models_dir=settings.paths.models_dir)
+                    models_dir=settings.paths.models_dir, reader=lc.reader)
