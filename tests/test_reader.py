@@ -88,7 +88,7 @@ def test_llm_reader_with_a_generative_model_is_refused_by_name():
 
 
 def test_the_answerer_answers_what_the_reader_finds_and_abstains_when_nothing_answers(minilm, make_settings):
-    answerer = ExtractiveAnswerer(minilm, params={"reader": True})  # llm.reader=true
+    answerer = ExtractiveAnswerer(minilm, params={"reader": True}, reader=Reader.load())  # llm.reader=true
     assert answerer.reader is not None and "+reader:" in answerer.id
     assert ExtractiveAnswerer(minilm).reader is None  # the default: off
     s = make_settings(**{"llm.name": "extractive"})

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from .base import ChatMessage, cosine
+from .packaged_gguf import TIERS
 from .registry import load_embedder, load_llm
 
 OFFLINE_EMBEDDERS = ["minilm", "mpnet", "nomic-embed-text"]
@@ -36,10 +38,6 @@ def smoke_llm(llm) -> dict:
 def check_models(settings, only: list[str] | None = None) -> list[dict]:
     """Every offline model, and a packaged tier (qwen2.5-coder-*) when it is named in ``only`` or
     already joined into paths.models_dir (``invoke models --fetch NAME`` joins it)."""
-    from pathlib import Path
-
-    from .packaged_gguf import TIERS
-
     os.environ["HF_HUB_OFFLINE"] = "1"  # prove the point: nothing may come from a hub
     rows = []
     tiers = [n for n, t in TIERS.items() if (only and n in only) or (Path(settings.paths.models_dir) / t.file).is_file()]

@@ -275,11 +275,10 @@ class ExtractiveAnswerer:
         self.params = {**load_params(), **(params or {})}  # "reader" comes from llm.reader (default off)
         self.context_size = context_size  # passages it can read at once (no model window: the budget rules)
         eid = getattr(embedder, "id", "?")
-        self.reader = None
-        if self.params.get("reader"):
-            from .reader import Reader  # heavy (torch): loaded only when the calibrated parameters use it
-
-            self.reader = reader or Reader.load()
+        self.reader = reader if self.params.get("reader") else None
+        if self.params.get("reader") and reader is None:
+            raise ValueError("the extractive answerer with reader=True needs the reader (models.reader.Reader.load(), "
+                             "passed by the registry for llm.reader=true)")
         self.id = f"extractive-v2:{eid}" + (f"+{self.reader.identity}" if self.reader else "")
         self.temperature, self.max_tokens, self.seed = 0.0, 0, 0
 

@@ -22,13 +22,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 import random
 import re
+import time
 from pathlib import Path
 from typing import Sequence
 
-from .checker import ClaimChecker
+import numpy as np
+
+from ..metrics import auroc
+from .checker import ClaimChecker, file_sha256
 from .checker_data import Pair
+from .checker_train import fit, save_weights
+from .extractive import STOP, split_sentences
 
 READER_DIR = Path(__file__).resolve().parent / "trained" / "reader"
 READER_MAX_LEN = 128  # word pieces per (question, unit) pair: a unit is a sentence or a table row
@@ -54,14 +61,10 @@ _YES_NO = {"yes", "no"}
 
 
 def knowledge_units(knowledge: str) -> list[str]:
-    from .extractive import split_sentences
-
     return split_sentences(_GLUED.sub(" ", knowledge))
 
 
 def _words(text: str) -> set[str]:
-    from .extractive import STOP
-
     return {w for w in _WORDS.findall(text.lower()) if w not in STOP and len(w) > 2}
 
 
@@ -130,15 +133,7 @@ def train(halueval: Path, *, out_dir: Path = READER_DIR, items: int = DEFAULT_IT
     ``dev_items`` items are the dev split, never trained on), fine-tuning, int8 weights and the card
     (dev accuracy, AUROC and top-1: the share of dev items whose answer unit the reader ranks first
     among the item's units)."""
-    import platform
-    import time
-
-    import numpy as np
     import torch  # heavy: only the training command needs torch's autograd
-
-    from ..metrics import auroc
-    from .checker import file_sha256
-    from .checker_train import fit, save_weights
 
     t0 = time.time()
     random.seed(seed)

@@ -26,6 +26,7 @@ from .llms import LlamaCppLLM, OllamaLLM, OpenAICompatibleLLM
 from .nomic_gguf import NOMIC_GGUF_SHA256
 from .extractive import ExtractiveAnswerer
 from .packaged_gguf import TIERS, tier_path
+from .reader import Reader
 
 EMBEDDERS = ["minilm", "mpnet", "nomic-embed-text", "ollama:NAME", "openai-compatible:URL",
              "sentence-transformers:PATH", "gguf:PATH"]
@@ -118,7 +119,8 @@ def load_llm(name: str, *, url: str | None = None, model: str | None = None, con
                           "answers (set llm.reader=false, or llm.name=extractive)")
     if name == "extractive":  # cheap to build; its embedder is memoised (and the caller's cache is its own)
         return ExtractiveAnswerer(embedder if embedder is not None else load_embedder("minilm"),
-                                  context_size=context_size, params={"reader": bool(reader)})
+                                  context_size=context_size, params={"reader": bool(reader)},
+                                  reader=Reader.load() if reader else None)
     key = ("llm", name, url, model, context_size, temperature, max_tokens, seed, timeout_s, api_key_env, structured,
            str(models_dir) if name in TIERS else None)
     if key in _loaded:
