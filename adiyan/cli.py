@@ -336,8 +336,12 @@ def cmd_reader_train(args) -> int:
         print(f"adiyan: {halueval}: no HaluEval QA here (qa_data.json is needed)", file=sys.stderr)
         return 2
     out = Path(args.output) if args.output else READER_DIR
-    card = train_reader(halueval, out_dir=out, items=args.items, seed=args.seed, epochs=args.epochs,
-                        progress=not args.quiet)
+    try:
+        card = train_reader(halueval, out_dir=out, items=args.items, seed=args.seed, epochs=args.epochs,
+                            progress=not args.quiet)
+    except ValueError as exc:  # sizes that do not fit the data: named before anything is trained
+        print(f"adiyan: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(card["figures"], indent=1))
     print(f"  written: {out} (weights sha256 {card['weights_sha256'][:16]}, {card['trained_on']['seconds']} s)")
     return 0

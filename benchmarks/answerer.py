@@ -243,6 +243,9 @@ def calibrate(args) -> dict:
     import yaml
 
     keep = {k: v for k, v in result.items() if k not in ("grid", "reader_grid")}
+    if args.no_reader and PARAMS_FILE.is_file():  # the reader's calibration is kept as it was
+        before = yaml.safe_load(PARAMS_FILE.read_text(encoding="utf-8")) or {}
+        keep.update({k: v for k, v in before.items() if k.startswith("reader") and k not in keep})
     PARAMS_FILE.write_text(header + yaml.safe_dump(keep, sort_keys=False), encoding="utf-8")
     print(json.dumps({k: v for k, v in result.items() if k not in ("grid", "reader_grid")}, indent=2))
     return result

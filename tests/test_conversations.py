@@ -52,6 +52,8 @@ def test_rules_resolve_pronouns_and_ellipsis():
         "How much does the Julian Alps Weekend cost for a group?", "How much does it cost for a group?"]
     assert transform_query("And how much does it cost?", "history_rules", history=h).queries == [
         "How much does TR-TRG-04 cost?"]  # no fragment: one query
+    # a tail that asks or refers is a question of its own, resolved as a pronoun follow-up
+    assert rewrite_followup("So by when should I pay for it?", h5) == "By when should I pay for Julian Alps Weekend?"
     h4 = [_u("Do you sell gift vouchers?")]
     assert rewrite_followup("How long would one stay valid?", h4) == \
         "Do you sell gift vouchers? How long would one stay valid?"

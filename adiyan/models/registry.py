@@ -90,9 +90,6 @@ def load_embedder(name: str, *, models_dir: str | os.PathLike = ".cache/adiyan/m
             raise ModelError(f"{name}: {path} is not a sentence-transformers folder (offline: no hub downloads)")
         emb = SentenceTransformerEmbedder(name, path, batch_size=batch_size, truncate_dim=truncate_dim,
                                           digest_memo=models_dir)
-    elif name in TIERS:  # a packaged GGUF split over wheels, joined once into models_dir (refused by name if absent)
-        llm = LlamaCppLLM(TIERS[name].model_id, str(tier_path(name, Path(models_dir))), context_size=context_size,
-                          **common)
     elif name.startswith("gguf:"):
         path = name.split(":", 1)[1]
         if not Path(path).is_file():

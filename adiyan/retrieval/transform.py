@@ -196,31 +196,48 @@ def rewrite_followup(message: str, history) -> str:
 
 
 def fragment_query(message: str, history) -> str | None:
-    """For a fragment follow-up, the previous question's frame without its named subject, narrowed
-    by the fragment: "How much does the Julian Alps Weekend cost?" + "And for a group?" -> "How much
-    does it cost for a group?". None for any other message."""
-    frag = _FRAGMENT.match(message)
-    if not frag or entities(message):
+    """For a fragment follow-up, the question it narrows (resolved, as ``rewrite_followup`` resolves
+    it) without its named subject (names of several words and product codes), narrowed by the
+    fragment: "How much does the Julian Alps Weekend cost?" + "And for a group?" -> "How much does
+    it cost for a group?". None for any other message."""
+    frag = _fragment(message)
+    if not frag:
         return None
-    users = [t["content"] for t in history if t.get("role") == "user" and t.get("content") and not _is_fragment(t["content"])]
-    if not users:
+    turns = list(history)
+    idx = next((i for i in range(len(turns) - 1, -1, -1) if turns[i].get("role") == "user"
+                and turns[i].get("content") and not _is_fragment(turns[i]["content"])), None)
+    if idx is None:
         return None
-    frame = users[-1].strip().rstrip("?.! ")
+    frame = rewrite_followup(turns[idx]["content"], turns[:idx]).strip().rstrip("?.! ")
     for e in entities(frame):
-        frame = re.sub(r"(?:\bthe\s+)?" + re.escape(e) + r"(?:'s)?", "it", frame)
+        if " " in e or _CODE.fullmatch(e):
+            frame = re.sub(r"(?:\bthe\s+)?" + re.escape(e) + r"(?:'s)?", "it", frame, flags=re.IGNORECASE)
     return f"{' '.join(frame.split())} {frag.group('x').strip()}?"
 
 
+# a tail that asks or refers is a question of its own ("So by when should I pay for it?"), no fragment
+_NOT_FRAGMENT_TAIL = re.compile(r"\b(what|when|where|who|whom|whose|which|why|how|it|its|they|them|their|this|that|"
+                                r"should|shall|do|does|did|is|are|was|were|can|could|will|would|i|we|you|my|our)\b",
+                                re.IGNORECASE)
+
+
+def _fragment(message: str):
+    m = _FRAGMENT.match(message)
+    if not m or entities(message) or _NOT_FRAGMENT_TAIL.search(m.group("x")):
+        return None
+    return m
+
+
 def _is_fragment(message: str) -> bool:
-    return bool(_FRAGMENT.match(message)) and not entities(message)
+    return _fragment(message) is not None
 
 
 def _rewrite_one(message: str, history: list[dict], base: str | None = None) -> str:
     prev, reply = _previous(history)
     if prev is None:
         return message
-    frag = _FRAGMENT.match(message)
-    if frag and not entities(message):
+    frag = _fragment(message)
+    if frag:
         # "And for a group?": the question it narrows, asked for that ("And for a child of 8?" after
         # it narrows the same question again, not the group's)
         q = base or prev
