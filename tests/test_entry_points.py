@@ -605,7 +605,7 @@ def test_every_answering_entry_point_honours_llm_name(world, monkeypatch, name):
     shown = [r["answer"] for r in rows] + asks + list(ctx.info["answers"].values())
     assert asked and set(asked) == {name}  # every load asked for the configured name, and only it
     if name == "extractive":
-        assert m["models"]["llm"]["id"].startswith("extractive-v1:")
+        assert m["models"]["llm"]["id"].startswith("extractive-v2:")
         assert all(is_extractive(a) for a in shown), shown
         assert any(a != NO_CONTEXT_ANSWER for a in shown)
     else:

@@ -167,7 +167,7 @@ class _Generative:
 
 
 class _Extractive:
-    id, generative = "extractive-v1", False
+    id, generative = "extractive-v2", False
 
 
 def test_settings_that_cannot_act_are_refused_by_name():
