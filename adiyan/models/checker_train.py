@@ -97,6 +97,22 @@ def save_weights(model, base: Path, out_dir: Path) -> None:
             shutil.copyfile(base / name, out_dir / name)
 
 
+def write_card(out_dir: Path, card: dict, train_s: float) -> dict:
+    """``card`` completed with the weights' file, size and sha256 and where it was trained, written
+    as ``out_dir/card.json`` (the checker's and the reader's cards end alike)."""
+    import torch  # heavy: only the training commands reach here, torch already loaded
+
+    weights = out_dir / "weights.npz"
+    card = {**card,
+            "weights": {"file": weights.name, "format": "int8 per-row scales (matrices), float16 (vectors)",
+                        "bytes": weights.stat().st_size},
+            "weights_sha256": file_sha256(weights),
+            "trained_on": {"machine": platform.machine(), "python": platform.python_version(),
+                           "torch": torch.__version__, "seconds": round(train_s, 1)}}
+    (out_dir / "card.json").write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
+    return card
+
+
 def train(halueval: Path, *, out_dir: Path = CHECKER_DIR, n_pairs: int = DEFAULT_PAIRS, seed: int = 0,
           epochs: float = 1.0, batch_size: int = 16, lr: float = 4e-5, dev_share: float = 0.04,
           exclude_sources: Sequence[str] = (), exclude_note: str = "", threads: int = 2,
@@ -145,11 +161,5 @@ def train(halueval: Path, *, out_dir: Path = CHECKER_DIR, n_pairs: int = DEFAULT
                     "synthetic_dev_auroc": round(auroc(labels, probs) or 0.0, 4),
                     "synthetic_dev_accuracy_by_kind": {k: round(sum(v) / len(v), 3) for k, v in sorted(by_kind.items())},
                     "final_loss_ema": round(ema or math.nan, 4)},
-        "weights": {"file": "weights.npz", "format": "int8 per-row scales (matrices), float16 (vectors)",
-                    "bytes": (out_dir / "weights.npz").stat().st_size},
-        "weights_sha256": file_sha256(out_dir / "weights.npz"),
-        "trained_on": {"machine": platform.machine(), "python": platform.python_version(),
-                       "torch": torch.__version__, "seconds": round(train_s, 1)},
     }
-    (out_dir / "card.json").write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
-    return card
+    return write_card(out_dir, card, train_s)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
 import random
 import re
 import time
@@ -34,7 +33,7 @@ import numpy as np
 from ..metrics import auroc
 from .checker import ClaimChecker, file_sha256
 from .checker_data import Pair
-from .checker_train import fit, save_weights
+from .checker_train import fit, save_weights, write_card
 from .extractive import STOP, split_sentences
 
 READER_DIR = Path(__file__).resolve().parent / "trained" / "reader"
@@ -184,11 +183,5 @@ def train(halueval: Path, *, out_dir: Path = READER_DIR, items: int = DEFAULT_IT
         "figures": {"dev_accuracy": round(acc, 4), "dev_auroc": round(auroc(labels, probs) or 0.0, 4),
                     "dev_top1_answer_unit": round(top1 / n_top, 4) if n_top else None, "dev_top1_items": n_top,
                     "final_loss_ema": round(ema, 4) if ema is not None else None},
-        "weights": {"file": "weights.npz", "format": "int8 per-row scales (matrices), float16 (vectors)",
-                    "bytes": (out_dir / "weights.npz").stat().st_size},
-        "weights_sha256": file_sha256(out_dir / "weights.npz"),
-        "trained_on": {"machine": platform.machine(), "python": platform.python_version(),
-                       "torch": torch.__version__, "seconds": round(train_s, 1)},
     }
-    (out_dir / "card.json").write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
-    return card
+    return write_card(out_dir, card, train_s)
