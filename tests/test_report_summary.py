@@ -116,3 +116,23 @@ def test_report_opens_on_summary_with_deltas_against_previous_and_baseline(tmp_p
     (root / "baselines.yaml").write_text("adiyan_basic: r0-other-data\n", encoding="utf-8")
     html = write_run_report(run).read_text(encoding="utf-8")
     assert "the baseline ran on other data" in html and "Δ baseline" not in html
+
+
+def test_a_question_judged_on_chunks_keeps_its_own_ndcg_and_the_headline_reproduces_it():
+    """A question scoped to one document (generated evalsets' ``within``) is judged on chunks: its
+    source ranking says rank 1 (nDCG 1.0), its chunk ranking rank 2 (1/log2(3) = 0.6309). The summary
+    used to recompute from sources and call the run's own figure "not reproduced" (0.9062 vs 0.965)."""
+    from adiyan.eval.scorers import RETRIEVAL, Rows, score
+
+    rows = [{"id": "s1", "hit": True, "reciprocal_rank": 0.5, "ranked_sources": ["doc.md"], "gold_sources": ["doc.md"]},
+            {"id": "s2", "hit": True, "reciprocal_rank": 1.0, "ranked_sources": ["doc.md"], "gold_sources": ["doc.md"]},
+            {"id": "u", "hit": None, "reciprocal_rank": None, "ranked_sources": ["doc.md"], "gold_sources": []}]
+    data = Rows(rows, run={"s1": {"doc.md#0": 1.0, "doc.md#2": 0.5}, "s2": {"doc.md#2": 1.0}},
+                qrels={"s1": {"doc.md#2": 1}, "s2": {"doc.md#2": 1}})
+    metrics = score([RETRIEVAL], data, 4)
+    expected = (1 / math.log2(3) + 1.0) / 2
+    assert metrics["retrieval"]["ndcg@10"] == pytest.approx(expected, abs=1e-6)
+    assert rows[0]["retrieval"]["ndcg@10"] == pytest.approx(1 / math.log2(3)) and rows[2]["retrieval"]["ndcg@10"] is None
+    assert ndcg_at(rows[0], 10) == 1.0  # what the source-level recomputation would have said
+    row = {h["name"]: h for h in headline(metrics, rows)}["ndcg@10"]
+    assert row["why"] == "" and row["n"] == 2 and row["ci"][0] <= metrics["retrieval"]["ndcg@10"] <= row["ci"][1]

@@ -109,12 +109,18 @@ def _retrieval(data: Rows, k: int) -> Scored:
     answerable = _answerable(data.rows)
     values = {f"hit_rate@{k}": M.mean_or_none([r["hit"] for r in answerable]),
               f"mrr@{k}": M.mean_or_none([r["reciprocal_rank"] for r in answerable])}
+    per_row: dict[str, list] = {}
     if data.qrels:
         values.update({m: round(v, 6) for m, v in evaluate_run(data.qrels, data.run, ranking_metrics()).items()})
+        # Each answerable row keeps its own nDCG / Recall at IR_DEPTH, from the same qrels and run (a question
+        # scoped to one document is judged on chunks, not sources): the report's summary and its interval are
+        # the mean of exactly these values, never a recomputation from the row's sources.
+        for name, per in per_question_ranking(data).items():
+            per_row[name] = [per.get(r["id"]) for r in data.rows]
     failures = sum(1 for r in data.rows if r.get("transform_failed"))
     if failures or any(r.get("queries") for r in data.rows):
         values["transform_failures"] = failures
-    return Scored(values)
+    return Scored(values, per_row)
 
 
 def _by_kind(data: Rows, k: int) -> Scored:

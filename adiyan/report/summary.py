@@ -102,7 +102,9 @@ def _per_question(group: str, name: str, questions: list[dict]) -> list[float] |
     if group == "retrieval" and name.startswith("mrr@") and name != f"mrr@{IR_DEPTH}":
         return _answerable(questions, "reciprocal_rank")
     if group == "retrieval" and name in (f"ndcg@{IR_DEPTH}", f"recall@{IR_DEPTH}"):
-        f = ndcg_at if name.startswith("ndcg") else recall_at
+        if any(name in (q.get("retrieval") or {}) for q in questions):  # the scorer's own per-question values
+            return [float(v) for q in questions if (v := (q.get("retrieval") or {}).get(name)) is not None]
+        f = ndcg_at if name.startswith("ndcg") else recall_at  # a run written before rows carried them
         return [v for q in questions if (v := f(q, IR_DEPTH)) is not None]
     if group == "answer" and name == "keyword_recall":
         return _answerable(questions, "keyword_hit")
