@@ -260,7 +260,9 @@ class EvalConfig(_Section):
     # the temperature of those judgings (> 0 when judge_repeats > 1; refused without repeats: a
     # single run's judge is greedy)
     judge_temperature: float = Field(0.0, ge=0.0)
-    incidents: bool = True  # replay the five incidents as part of the run
+    # replay the five incidents as part of the run: auto = on the project's own evalsets (manifest
+    # `incidents: true`), listed as "does not apply" elsewhere; true = on every run; false = never
+    incidents: bool | Literal["auto"] = "auto"
     # The LLM judge: an LLM name as in llm.name (smollm2, ollama:NAME, openai-compatible:URL), or
     # None for no LLM-judged metrics. It is calibrated first on labelled pairs (cached); its judged
     # metrics are computed only when the calibration clears judge_reliable_agreement, otherwise the

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from adiyan.eval.evalset import EvalDocument, EvalQuestion
 from adiyan.eval.harness import question_rows, retrieval_metrics
-from adiyan.eval.regression import check, load_cases
+from adiyan.eval.regression import check, load_cases, mark_not_replayed, not_applicable, regression_group
 from adiyan.types import RetrievalResult, RetrievedChunk
 
 CASES = [
@@ -17,13 +17,33 @@ CASES = [
 ]
 
 
-def test_pass_fail_and_not_checked():
+def test_pass_fail_not_checked_and_does_not_apply():
     metrics = {"retrieval": {"hit_rate@4": 0.79}, "privacy": {"private_chunks_leaked": 0}}
     r = {x.id: x for x in check(metrics, "minilm", "adiyan_basic", CASES)}
     assert r["a"].status == "fail" and "below floor 0.8" in r["a"].reason
     assert r["b"].status == "pass"
-    assert r["c"].status == "not_checked" and "no entry for embedder minilm" in r["c"].reason
-    assert r["d"].status == "not_checked" and "adiyan_full" in r["d"].reason
+    assert r["c"].status == "n/a" and r["c"].reason == "no floor for embedder minilm (measured for nomic-embed-text)"
+    assert r["d"].status == "n/a" and r["d"].reason == "a case for evalset adiyan_full"
+    # not a metric: the regression group has no None rows for cases that do not apply, and they are listed once
+    assert regression_group(list(r.values())) == {"a": 0.0, "b": 1.0}
+    assert not_applicable(list(r.values()), "why not") == [
+        {"what": "the five incidents", "why": "why not"},
+        {"what": "regression case c", "why": "no floor for embedder minilm (measured for nomic-embed-text)"},
+        {"what": "regression case d", "why": "a case for evalset adiyan_full"}]
+    # a group the run has, missing the case's metric, is a gap to look at, not "does not apply"
+    gap = check({"retrieval": {}}, "minilm", "adiyan_basic", CASES[:1])[0]
+    assert gap.status == "not_checked" and gap.reason == "the run did not produce this metric"
+    # the group is absent altogether: does not apply, and a job that replays no incidents says so
+    res = mark_not_replayed(check({}, "minilm", "x", [{"id": "i", "metric": "incidents.principles_holding_share",
+                                                        "per_embedder": {"*": {"floor": 1.0}}}]), "not replayed")
+    assert (res[0].status, res[0].reason) == ("n/a", "not replayed")
+    # applies_if: a probe check on a set without probes does not apply; with probes it is checked
+    probe = {"id": "p", "metric": "privacy.probes_owner_retrieved", "applies_if": "privacy.probe_questions",
+             "per_embedder": {"*": {"floor": 1.0}}}
+    res = check({"privacy": {"probe_questions": 0}}, "minilm", "x", [probe])[0]
+    assert (res.status, res.reason) == ("n/a", "nothing to check: privacy.probe_questions = 0")
+    res = check({"privacy": {"probe_questions": 2, "probes_owner_retrieved": 0.5}}, "minilm", "x", [probe])[0]
+    assert res.status == "fail"
     metrics["retrieval"]["hit_rate@4"] = 0.8
     metrics["privacy"]["private_chunks_leaked"] = 1
     r = {x.id: x for x in check(metrics, "minilm", "adiyan_basic", CASES)}
@@ -78,3 +98,19 @@ def test_a_probe_its_owner_cannot_retrieve_fails_the_regression():
     assert good["privacy"]["probes_owner_retrieved"] == 1.0 and blind["privacy"]["probes_owner_retrieved"] == 0.0
     assert next(r for r in check(good, "minilm", "adiyan_full", [case])).status == "pass"
     assert next(r for r in check(blind, "minilm", "adiyan_full", [case])).status == "fail"
+
+
+def test_the_incidents_apply_to_the_projects_own_evalsets_only(tmp_path):
+    from adiyan.eval.evalset import incidents_apply
+
+    root = Path(__file__).resolve().parents[1] / "evalsets"
+    for name in ("adiyan_full", "adiyan_basic", "conversations"):
+        assert incidents_apply(root / name, "auto") == (True, None)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "manifest.yaml").write_text("name: mine\ndocuments: []\n")
+    replay, why = incidents_apply(mine, "auto")
+    assert not replay and "mine is not one of its evalsets" in why and "eval.incidents=true" in why
+    assert incidents_apply(mine, True) == (True, None)
+    assert incidents_apply(root / "adiyan_full", False) == (False, "eval.incidents=false")
+    assert incidents_apply(tmp_path / "locomo8.json", "auto")[0] is False  # a LoCoMo file: no manifest

@@ -172,7 +172,8 @@ def _add_section(run_dir: Path, rows: list[dict], mode: str) -> None:
     path.write_text(html, encoding="utf-8")
 
 
-def run_conversations(settings, *, progress: bool = True, run_id: str | None = None, incidents=None) -> Path:
+def run_conversations(settings, *, progress: bool = True, run_id: str | None = None, incidents=None,
+                      incidents_why: str | None = None) -> Path:
     """Replay the conversation evalset ``eval.evalset``, score every turn, write the run's files.
 
     ``incidents(embedder, run_dir)`` (the runner's replay, when ``eval.incidents``) adds its group.
@@ -224,6 +225,7 @@ def run_conversations(settings, *, progress: bool = True, run_id: str | None = N
         "generation": {"context_budget": effective_budget(settings, llm) if llm is not None else None},
         "engines": describe_engines(settings, kb=kb, memory=memory),  # the KB's and mem0's Qdrant (issue 14)
         "warnings": warnings, "metrics": groups, "regression": [], "regression_failed": 0,
+        "not_applicable": [{"what": "the five incidents", "why": incidents_why}] if incidents_why else [],
         "timings": {k: round(v, 3) for k, v in timings.items()},
         "cache": {"embeddings": embedder.stats.as_dict(), "answers": answer_cache.stats.as_dict(),
                   "hits": embedder.stats.hits, "misses": embedder.stats.misses},

@@ -353,6 +353,23 @@ class ConversationSet:
         return [(c, i, t) for c in self.conversations for i, t in enumerate(c.turns)]
 
 
+def incidents_apply(path: str | Path, setting: bool | str) -> tuple[bool, str | None]:
+    """Whether a run on the evalset at ``path`` replays the five incidents, and why not when it does not.
+
+    The incidents replay the Adiyan assistant's own history (``evalsets/incidents/``), not the evalset's
+    documents: they belong to runs on the project's evalsets, whose manifest says ``incidents: true``.
+    ``eval.incidents``: ``auto`` (the default) follows the manifest, ``true`` replays them on any run,
+    ``false`` on none."""
+    if setting is True or setting is False:
+        return setting, None if setting else "eval.incidents=false"
+    mpath = Path(path) / "manifest.yaml"
+    declared = mpath.is_file() and bool((yaml.safe_load(mpath.read_text(encoding="utf-8")) or {}).get("incidents"))
+    if declared:
+        return True, None
+    return False, (f"they replay the Adiyan assistant's own history, and {Path(path).name} is not one of its evalsets "
+                   "(no `incidents: true` in its manifest); --set eval.incidents=true replays them on any run")
+
+
 def is_conversation_set(root: str | Path) -> bool:
     mpath = Path(root) / "manifest.yaml"
     return mpath.is_file() and (yaml.safe_load(mpath.read_text(encoding="utf-8")) or {}).get("kind") == "conversations"

@@ -2,8 +2,11 @@
 
 Cases live in ``evalsets/regression.yaml``. A case names a metric as ``group.name`` in a run's
 ``metrics``; an entry for the run's embedder (or ``"*"``) gives ``floor`` (value must be ≥) or
-``max`` (value must be ≤). A case whose metric the run did not produce, or with no entry for
-the embedder, is reported as not checked, never as passed.
+``max`` (value must be ≤); ``applies_if: group.name`` makes the case apply only when that metric is
+non-zero (a probe check on a set with probes). A case that does not apply to the run (another evalset's, no entry for
+the run's embedder, a metric group the run has none of, such as incidents not replayed) is
+``n/a`` with the reason: listed once as "does not apply", never a metric and never passed. A case
+whose group the run has but whose metric it did not produce is ``not_checked`` (a gap to look at).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+NA = "n/a"  # the case does not apply to this run (reason says why): not a metric, not a pass
 CASES_FILE = Path(__file__).resolve().parents[2] / "evalsets" / "regression.yaml"
 
 
@@ -24,7 +28,7 @@ class RegressionResult:
     floor: float | None
     max: float | None
     measured: float | None
-    status: str  # pass | fail | not_checked
+    status: str  # pass | fail | not_checked | n/a (see NA)
     reason: str = ""
 
     def as_dict(self) -> dict:
@@ -34,6 +38,11 @@ class RegressionResult:
 def load_cases(path: Path | None = None) -> list[dict]:
     data = yaml.safe_load(Path(path or CASES_FILE).read_text(encoding="utf-8")) or {}
     return list(data.get("cases") or [])
+
+
+def _lookup(metrics: dict, dotted: str):
+    group, _, name = dotted.partition(".")
+    return (metrics.get(group) or {}).get(name)
 
 
 def check(metrics: dict, embedder_id: str, evalset: str, cases: list[dict] | None = None) -> list[RegressionResult]:
@@ -46,9 +55,16 @@ def check(metrics: dict, embedder_id: str, evalset: str, cases: list[dict] | Non
                     floor=(entry or {}).get("floor"), max=(entry or {}).get("max"),
                     measured=(entry or {}).get("measured"))
         if case.get("evalset") and case["evalset"] != evalset:
-            out.append(RegressionResult(**base, status="not_checked", reason=f"case is for evalset {case['evalset']}"))
+            out.append(RegressionResult(**base, status=NA, reason=f"a case for evalset {case['evalset']}"))
         elif entry is None:
-            out.append(RegressionResult(**base, status="not_checked", reason=f"no entry for embedder {embedder_id}"))
+            known = ", ".join(sorted(case.get("per_embedder") or {})) or "none"
+            out.append(RegressionResult(**base, status=NA, reason=f"no floor for embedder {embedder_id} "
+                                                                  f"(measured for {known})"))
+        elif case.get("applies_if") and not _lookup(metrics, case["applies_if"]):
+            out.append(RegressionResult(**base, status=NA, reason=f"nothing to check: {case['applies_if']} = "
+                                                                  f"{_lookup(metrics, case['applies_if'])}"))
+        elif value is None and group not in metrics:
+            out.append(RegressionResult(**base, status=NA, reason=f"the run has no {group} metrics"))
         elif value is None:
             out.append(RegressionResult(**base, status="not_checked", reason="the run did not produce this metric"))
         else:
@@ -60,14 +76,24 @@ def check(metrics: dict, embedder_id: str, evalset: str, cases: list[dict] | Non
 
 
 def regression_group(results: list[RegressionResult]) -> dict[str, float | None]:
-    """The ``regression`` metric group: per case 1.0 pass, 0.0 fail, None not checked."""
-    return {r.id: (None if r.status == "not_checked" else float(r.status == "pass")) for r in results}
+    """The ``regression`` metric group: per case 1.0 pass, 0.0 fail, None not checked; a case that
+    does not apply is not a metric (:func:`not_applicable` lists it)."""
+    return {r.id: (None if r.status == "not_checked" else float(r.status == "pass")) for r in results
+            if r.status != NA}
+
+
+def not_applicable(results: list[RegressionResult], incidents_why: str | None = None) -> list[dict]:
+    """What the run did not check because it does not apply, each once with why:
+    ``[{"what": ..., "why": ...}]`` (the incidents first when they were not replayed)."""
+    out = [{"what": "the five incidents", "why": incidents_why}] if incidents_why else []
+    return out + [{"what": f"regression case {r.id}", "why": r.reason} for r in results if r.status == NA]
 
 
 def mark_not_replayed(results: list[RegressionResult], why: str) -> list[RegressionResult]:
     """Cases on an incident metric that were not checked because the job replays no incidents
     say so (``why``) instead of "the run did not produce this metric"."""
     for res in results:
-        if res.status == "not_checked" and res.metric.startswith("incidents."):
-            res.reason = why
+        if res.metric.startswith("incidents.") and (res.status == "not_checked" or (
+                res.status == NA and res.reason == "the run has no incidents metrics")):
+            res.status, res.reason = NA, why
     return results

@@ -30,7 +30,7 @@ from ..generation import effective_budget
 from ..types import OWNER
 from .agent_eval import run_agent_eval
 from .conversations import run_conversations
-from .evalset import EvalsetError, check_evalset_path, is_conversation_set
+from .evalset import EvalsetError, check_evalset_path, incidents_apply, is_conversation_set
 from .locomo.data import is_locomo_file
 from .locomo.run import run_locomo
 from .locomo.run import summary_lines as locomo_summary_lines
@@ -42,7 +42,7 @@ from .ir_metrics import backend as ir_backend
 from .floors import floor_effect
 from .reliability import group_line, judged_group, warning_lines, warnings_for
 from .record import RunRecord
-from .regression import check, regression_group
+from .regression import check, mark_not_replayed, not_applicable, regression_group
 from .scorers import ANSWER, CLAIMS, RETRIEVAL_SCORERS, STRINGS, score
 from .scorers import judged as judged_scores
 from . import repeats as repeats_mod
@@ -67,14 +67,15 @@ def _incident_groups(settings, embedder, run_dir: Path) -> dict:
 def run_eval(settings, *, progress: bool = True, run_id: str | None = None, incidents: bool | None = None) -> Path:
     check_evalset_path(settings.eval.evalset)  # a user error is one line, before any run folder is made
     refuse_beir_protocol(settings, "invoke eval")  # eval.beir_protocol=beir needs a BEIR folder (beir_protocol.py)
+    # the incidents replay Adiyan's own history: on its evalsets by default, listed as "does not apply" elsewhere
+    replay_incidents, incidents_why = incidents_apply(settings.eval.evalset,
+                                                      incidents if incidents is not None else settings.eval.incidents)
+    replay = (lambda emb, run_dir: _incident_groups(settings, emb, run_dir)) if replay_incidents else None
     if is_locomo_file(settings.eval.evalset):  # LoCoMo, a .json file: the memory engine on public data (locomo/)
-        replay_incidents = incidents if incidents is not None else settings.eval.incidents
-        return run_locomo(settings, progress=progress, run_id=run_id, incidents=(
-            (lambda emb, run_dir: _incident_groups(settings, emb, run_dir)) if replay_incidents else None))
+        return run_locomo(settings, progress=progress, run_id=run_id, incidents=replay, incidents_why=incidents_why)
     if is_conversation_set(settings.eval.evalset):  # a multi-turn set: replayed turn by turn (conversations.py)
-        replay_incidents = incidents if incidents is not None else settings.eval.incidents
-        return run_conversations(settings, progress=progress, run_id=run_id, incidents=(
-            (lambda emb, run_dir: _incident_groups(settings, emb, run_dir)) if replay_incidents else None))
+        return run_conversations(settings, progress=progress, run_id=run_id, incidents=replay,
+                                 incidents_why=incidents_why)
     refuse_conversation_settings(settings, "invoke eval", repeats=True)
     t_start = time.perf_counter()
     record = RunRecord.for_settings(settings, run_id)
@@ -161,11 +162,13 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
                                                           repeat_block.pop("per_question")}, indent=1),
                                               encoding="utf-8")
         timings["repeats_score_s"] = time.perf_counter() - t0
-    if incidents if incidents is not None else settings.eval.incidents:
+    if replay is not None:
         t0 = time.perf_counter()
-        groups["incidents"] = _incident_groups(settings, embedder, run_dir)
+        groups["incidents"] = replay(embedder, run_dir)
         timings["incidents_s"] = time.perf_counter() - t0
     regression = check(groups, embedder.id, es.name)
+    if incidents_why:
+        regression = mark_not_replayed(regression, "the incidents were not replayed")
     groups["regression"] = regression_group(regression)
     timings["total_s"] = time.perf_counter() - t_start
     out = {
@@ -194,6 +197,7 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         **({"repeats": repeat_block} if repeat_block else {}),  # eval.repeats: the variance split
         "regression": [r.as_dict() for r in regression],
         "regression_failed": sum(r.status == "fail" for r in regression),
+        "not_applicable": not_applicable(regression, incidents_why),  # listed once, cost nothing
         "timings": {k: round(v, 3) for k, v in timings.items()},
         "cache": {"embeddings": embedder.stats.as_dict(), "answers": answer_cache.stats.as_dict(),
                   "hits": embedder.stats.hits, "misses": embedder.stats.misses},
@@ -203,6 +207,18 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
     if failures:
         raise RegressionFailed(run_dir, failures)
     return run_dir
+
+
+def not_applicable_lines(m: dict) -> list[str]:
+    """One line per kind of check that did not apply to the run (metrics.json ``not_applicable``)."""
+    na = m.get("not_applicable") or []
+    inc = [x for x in na if x["what"] == "the five incidents"]
+    cases = [x for x in na if x["what"] != "the five incidents"]
+    lines = [f"  does not apply: the five incidents ({x['why']})" for x in inc]
+    if cases:
+        lines.append(f"  does not apply: {len(cases)} regression case(s): " + "; ".join(
+            f"{x['what'].removeprefix('regression case ')} ({x['why']})" for x in cases))
+    return lines
 
 
 def summary_lines(run_dir: Path) -> list[str]:
@@ -230,6 +246,7 @@ def summary_lines(run_dir: Path) -> list[str]:
     for r in m.get("regression", []):
         if r["status"] == "fail":
             lines.append(f"  REGRESSION {r['id']}: {r['reason']}")
+    lines += not_applicable_lines(m)
     t = m["timings"]
     c = m["cache"]
     lines.append(f"  time total {t['total_s']:.1f}s (ingest {t['ingest_s']:.1f}s, generate {t['generate_s']:.1f}s, "
@@ -237,7 +254,7 @@ def summary_lines(run_dir: Path) -> list[str]:
                  + (f" of which claim checker {t['claims_s']:.1f}s" if "claims_s" in t else "")
                  + (f"{',' if 'claims_s' in t else ' of which'} judge calibration {t['judge_calibration_s']:.1f}s and "
                     f"judged metrics {t.get('judge_metrics_s', 0):.1f}s" if "judge_calibration_s" in t else "")
-                 + f", incidents {t.get('incidents_s', 0):.1f}s); "
+                 + (f", incidents {t['incidents_s']:.1f}s" if "incidents_s" in t else "") + "); "
                  f"embedding cache {c['embeddings']['hits']} hits / {c['embeddings']['misses']} misses; "
                  f"answer cache {c['answers']['hits']} hits / {c['answers']['misses']} misses")
     lines.append(f"  report: {Path(run_dir) / 'report.html'}")

@@ -243,7 +243,7 @@ th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .human{color:#555;font-size:11px;margin-left:.4em}.warnings li{margin:.3em 0}.warnings b{color:#8a1c14}
 table.headline th[scope=row]{font-weight:normal;background:#fafafa}td.big{font-size:1.15em;font-weight:bold}
 .delta.better{color:#137a5a;font-weight:bold}.delta.worse{color:#b3261e;font-weight:bold}.delta.neutral,.delta.same{color:#777}
-b.worse{color:#b3261e}.lede{color:#444}.counts{margin:.4em 0 1em}
+b.worse{color:#b3261e}.lede{color:#444}tr.grey td{color:#777}.counts{margin:.4em 0 1em}
 details.fail>summary{cursor:pointer;list-style-position:outside;margin-left:1em}details.fail[open]>summary{margin-bottom:.5em}
 .reason{background:#fde2e1;color:#8a1c14;border-radius:3px;padding:0 5px;margin-left:.3em;font-size:12px;white-space:nowrap}
 .reason.leak{background:#b3261e;color:#fff}ol.ctx{padding-left:1.5em}ol.ctx li{margin:.4em 0}
@@ -288,6 +288,10 @@ RUN_TEMPLATE = """<!DOCTYPE html>
 {% endif %}{% endfor %}</table>
 {% endfor %}{% if m.floor %}<h3>score floor</h3>
 <p>{{ m.floor.reason }}{% if m.floor.calibration %}. Calibrated on <b>{{ m.floor.calibration.evalset }}</b> (hash <code>{{ m.floor.calibration.evalset_hash }}</code>, {{ m.floor.calibration.split or "all questions" }}, rule {{ m.floor.calibration.rule }}: J {{ fmt(m.floor.calibration.youden_j) }}, TPR {{ fmt(m.floor.calibration.tpr) }}, FPR {{ fmt(m.floor.calibration.fpr) }}, n {{ m.floor.calibration.n_relevant }} relevant / {{ m.floor.calibration.n_irrelevant }} irrelevant){% endif %}.{% if m.floor.effect and m.floor.effect.measured %} On this run's top {{ m.floor.effect.k }} without a floor, the floor {{ "removes" if m.floor.applied else "would remove (not applied)" }} {{ m.metrics.floor.relevant_below_floor }} of {{ m.metrics.floor.relevant_top_k }} relevant and {{ m.metrics.floor.irrelevant_below_floor }} of {{ m.metrics.floor.irrelevant_top_k }} irrelevant chunks.{% endif %}</p>
+{% endif %}{% if m.not_applicable %}<h3 id="not-applicable">Checks that do not apply to this run</h3>
+<p>Not run and not counted, each listed once:</p>
+<ul>{% for x in m.not_applicable %}<li>{{ x.what }}: {{ x.why }}</li>
+{% endfor %}</ul>
 {% endif %}
 {{ repeats }}<h2 id="run">Run details</h2>
 <table>

@@ -237,7 +237,8 @@ def _warnings(settings, wiring: bool) -> list[dict]:
     return w
 
 
-def run_locomo(settings, *, progress: bool = True, run_id: str | None = None, incidents=None) -> Path:
+def run_locomo(settings, *, progress: bool = True, run_id: str | None = None, incidents=None,
+               incidents_why: str | None = None) -> Path:
     """Run LoCoMo (``eval.evalset`` a LoCoMo .json), write reports/<run-id>/ and the runs index."""
     refuse(settings)
     t_start = time.perf_counter()
@@ -283,6 +284,7 @@ def run_locomo(settings, *, progress: bool = True, run_id: str | None = None, in
                     "memory": {"engine": "local", "where": info.get("mem0_store", ""), "used": True}, "shared": False},
         "warnings": _warnings(settings, bool(sample) and settings.llm.name == "smollm2"),
         "metrics": groups, "regression": [], "regression_failed": 0,
+        "not_applicable": [{"what": "the five incidents", "why": incidents_why}] if incidents_why else [],
         "timings": {k: round(v, 3) for k, v in timings.items()},
         "cache": {"embeddings": embedder.stats.as_dict(), "answers": answer_cache.stats.as_dict(),
                   "hits": embedder.stats.hits, "misses": embedder.stats.misses},
