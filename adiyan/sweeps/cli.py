@@ -10,7 +10,11 @@ from typing import Sequence
 
 from ..config import parse_set
 from .run import run_sweep, write_outputs
-from .spec import ENGINES, EXECUTORS, OUT_ROOT, SWEEPS_DIR, SweepError, expand, load_spec
+from .spec import ENGINES, EXECUTORS, SWEEPS_DIR, SweepError, default_out_dir, estimate, expand, load_spec
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true", help="re-run finished points too")
     ap.add_argument("--only", action="append", default=None, help="run only this point id (repeatable)")
     ap.add_argument("--set", dest="set_", action="append", default=[], help="settings override for every point")
-    ap.add_argument("--out-dir", default=None, help="output folder (default reports/sweeps/NAME)")
+    ap.add_argument("--out-dir", default=None, help="output folder (default <paths.reports_dir>/sweeps/NAME)")
     ap.add_argument("--sweeps-dir", default=str(SWEEPS_DIR))
     ap.add_argument("--list", action="store_true", help="list the sweeps, or the points of NAME, and exit")
     ap.add_argument("--report-only", action="store_true", help="rewrite runs.parquet and index.html only")
@@ -42,9 +46,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     try:
         if not args.name or args.name == "list":
+            print(f"{'sweep':<12} {'points':>6}  {'to run':<26} notebook / what it sweeps")
             for p in sorted(Path(args.sweeps_dir).glob("*.yaml")):
                 s = load_spec(p)
-                print(f"{p.stem:<12} {len(expand(s)):>3} points  {s.notebook}  {s.description}")
+                e = estimate(s, default_out_dir(s.name, s.overrides))
+                cost = ("all done (reused)" if not e["left"] else
+                        f"{e['left']} left, never run here" if e["seconds_left"] is None else
+                        f"{e['left']} left, about {_duration(e['seconds_left'])}")
+                print(f"{p.stem:<12} {e['points']:>6}  {cost:<26} {s.notebook}  {s.description}")
+            print("(estimates: the wall time each point took when it last ran here; a point whose notebook "
+                  "and parameters are unchanged is reused for free)")
             return 0
         spec = load_spec(args.name, args.sweeps_dir)
         if args.list:
@@ -57,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.report_only:
             if overrides:
                 spec.overrides = {**spec.overrides, **overrides}
-            out = Path(args.out_dir) if args.out_dir else OUT_ROOT / spec.name
+            out = Path(args.out_dir) if args.out_dir else default_out_dir(spec.name, spec.overrides)
             runs, index = write_outputs(spec, expand(spec), out, engine=args.engine or spec.engine)
             print(f"{runs}\n{index}")
             return 0

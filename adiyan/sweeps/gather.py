@@ -266,9 +266,41 @@ def is_num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and not (isinstance(v, float) and math.isnan(v))
 
 
-def best_points(g: Gathered, metrics: Sequence[str]) -> dict[str, dict]:
+TIMING_SUFFIXES = ("_ms", "_s")
+# a run column whose per-question score has another name in per_question.parquet
+PER_QUESTION_OF = {"retrieval.hit_rate@k": "hit", "retrieval.mrr@k": "reciprocal_rank"}
+
+
+def is_timing(metric: str) -> bool:
+    """A wall-clock figure (``retrieve_ms``, ``index_build_s``, ``seconds``): measured once per point."""
+    name = metric.rsplit(".", 1)[-1]
+    return name == "seconds" or name.endswith(TIMING_SUFFIXES)
+
+
+def _verdict(m: str, direction: str, winners: list[str], sig: dict) -> tuple[str, list[str], str]:
+    """("significant" | "no difference" | "untested" | "timing", the points crowned, a note)."""
+    if is_timing(m):
+        return "timing", [], "a timing measured once per point (no repeats): not ranked"
+    rows = (sig.get("metrics") or {}).get(m) or (sig.get("metrics") or {}).get(PER_QUESTION_OF.get(m, ""))
+    if not rows:
+        return "untested", [], "no per-question scores to test: not ranked"
+    better = (lambda r: r["delta"] < 0) if direction == M.LOWER else (lambda r: r["delta"] > 0)
+    crowned = [p for p in winners if p in rows and rows[p].get("significant") and better(rows[p])]
+    base = sig.get("baseline")
+    if not crowned and base in winners and all(r.get("significant") and not better(r) for r in rows.values()):
+        crowned = [base]  # the baseline, every other point significantly worse
+    if crowned:
+        return "significant", crowned, "Holm-adjusted p < 0.05 against the baseline"
+    return "no difference", [], "no difference shown (paired test against the baseline, Holm-adjusted)"
+
+
+def best_points(g: Gathered, metrics: Sequence[str], sig: dict | None = None) -> dict[str, dict]:
     """For each metric with a direction in the registry: the best value among the finished points
-    and the points that reach it; neutral metrics (counts, sizes) have no best."""
+    and the points that reach it; neutral metrics (counts, sizes) have no best. With the sweep's
+    paired tests (``sig``, :func:`significance`) each entry also has ``verdict`` and ``crowned``: a
+    point is crowned best only when its test against the baseline is significant after Holm (or it
+    is the baseline and every other point is significantly worse); a timing or a metric without
+    per-question scores is never crowned, whatever its value."""
     runs = g.runs
     ok = runs[runs["status"] == "ok"] if "status" in runs else runs.iloc[0:0]
     out = {}
@@ -286,4 +318,7 @@ def best_points(g: Gathered, metrics: Sequence[str]) -> dict[str, dict]:
         winners = vals[col == target]
         out[m] = {"direction": direction, "value": target, "points": list(winners["point_id"]),
                   "labels": list(winners["label"].astype(str)), "n_ok": len(vals)}
+        if sig is not None:
+            verdict, crowned, note = _verdict(m, direction, out[m]["points"], sig)
+            out[m].update(verdict=verdict, crowned=crowned, note=note)
     return out

@@ -135,7 +135,7 @@ INDEX_TEMPLATE = """<!DOCTYPE html>
 
 <h2>Points</h2>
 <table><tr><th>point</th>{% for c in param_cols %}<th>{{ c }}</th>{% endfor %}<th>status</th>{% for m in metric_cols %}<th>{{ m }}</th>{% endfor %}<th>wall s</th><th>files</th></tr>
-{% for r in rows %}<tr><td><code>{{ r.point_id }}</code>{% if r.point_id == baseline %} <b>(baseline)</b>{% endif %}</td>{% for c in param_cols %}<td>{{ fmt(r[c]) }}</td>{% endfor %}<td>{{ r.status }}</td>{% for m in metric_cols %}{% if unreliable(r, m) %}<td class="num"><span class="unreliable">{{ fmt(r.get(m)) }}</span> <span class="badge">unreliable judge</span></td>{% else %}<td class="num{% if m in best and r.point_id in best[m].points and best[m].points|length < n_ok %} best{% endif %}">{{ fmt(r.get(m)) }}</td>{% endif %}{% endfor %}<td class="num">{{ fmt(r.get("point_wall_s")) }}</td><td><a href="{{ r.html }}">html</a> · <a href="{{ r.notebook }}">ipynb</a> · <a href="{{ r.config }}">config</a></td></tr>
+{% for r in rows %}<tr><td><code>{{ r.point_id }}</code>{% if r.point_id == baseline %} <b>(baseline)</b>{% endif %}</td>{% for c in param_cols %}<td>{{ fmt(r[c]) }}</td>{% endfor %}<td>{{ r.status }}</td>{% for m in metric_cols %}{% if unreliable(r, m) %}<td class="num"><span class="unreliable">{{ fmt(r.get(m)) }}</span> <span class="badge">unreliable judge</span></td>{% else %}<td class="num{% if m in best and r.point_id in best[m].crowned and best[m].points|length < n_ok %} best{% endif %}">{{ fmt(r.get(m)) }}</td>{% endif %}{% endfor %}<td class="num">{{ fmt(r.get("point_wall_s")) }}</td><td><a href="{{ r.html }}">html</a> · <a href="{{ r.notebook }}">ipynb</a> · <a href="{{ r.config }}">config</a></td></tr>
 {% endfor %}</table>
 
 <h2>Scored like a run: RAGAS and the regression cases</h2>
@@ -146,14 +146,14 @@ INDEX_TEMPLATE = """<!DOCTYPE html>
 {% for note in na_notes %}<p>Not applicable: {{ note }}.</p>{% endfor %}
 <h3>Regression cases per point</h3>
 <table class="grid"><tr><th>case</th><th>metric</th>{% for r, sc in scored_rows %}<th>{{ r.label }}</th>{% endfor %}</tr>
-{% for case in cases %}<tr><td><code>{{ case.id }}</code></td><td><code>{{ case.metric }}</code></td>{% for r, sc in scored_rows %}{% set c = case_grid[(case.id, r.point_id)] %}<td style="background:{{ colours[c.status] }}" title="{{ c.reason }}">{% if c.status == "pass" %}pass{% elif c.status == "fail" %}<b>fail</b>{% elif c.status == "not_checked" %}not checked{% else %}—{% endif %}{% if c.value is not none and c.status != "not_checked" %} ({{ fmt(c.value) }}){% endif %}{% if c.reason %}<br><small>{{ c.reason }}</small>{% endif %}</td>{% endfor %}</tr>
+{% for case in cases %}<tr><td><code>{{ case.id }}</code></td><td><code>{{ case.metric }}</code></td>{% for r, sc in scored_rows %}{% set c = case_grid[(case.id, r.point_id)] %}<td style="background:{{ colours[c.status] }}" title="{{ c.reason }}">{% if c.status == "pass" %}pass{% elif c.status == "fail" %}<b>fail</b>{% elif c.status == "not_checked" %}not checked{% elif c.status == "n/a" %}does not apply{% else %}—{% endif %}{% if c.value is not none and c.status not in ("not_checked", "n/a") %} ({{ fmt(c.value) }}){% endif %}{% if c.reason %}<br><small>{{ c.reason }}</small>{% endif %}</td>{% endfor %}</tr>
 {% endfor %}</table>
 {% else %}<p>Not scored like a run: no point of this sweep is over an evalset with questions (an HNSW sweep measures the graph against exact search on synthetic and SciFact vectors), so RAGAS and the regression cases do not apply.</p>{% endif %}
 
 <h2>Best point per metric</h2>
-<p>Directions are those of the metric registry (adiyan.metrics); counts and sizes have none. A metric an LLM judged counts only from points whose judge is calibrated reliable: an unreliable judge's values are struck, never best, left out of the plots and of the paired tests.</p>
-<table><tr><th>metric</th><th>direction</th><th>best value</th><th>point</th></tr>
-{% for m, b in best_rows %}<tr><td>{{ m }}</td><td>{{ b.direction }}</td><td class="num">{{ fmt(b.value) }}</td><td>{{ b.label }}</td></tr>
+<p>Directions are those of the metric registry (adiyan.metrics); counts and sizes have none. A point is called best, and highlighted, only when its paired test against the baseline is significant after the Holm adjustment (the tests below); otherwise the highest value is shown in grey with "no difference shown". Timings are measured once per point and metrics without per-question scores cannot be tested: neither is ranked. A metric an LLM judged counts only from points whose judge is calibrated reliable: an unreliable judge's values are struck, never best, left out of the plots and of the paired tests.</p>
+<table><tr><th>metric</th><th>direction</th><th>highest value</th><th>point</th><th>verdict</th></tr>
+{% for m, b in best_rows %}<tr{% if b.verdict and b.verdict != "significant" %} class="grey"{% endif %}><td>{{ m }}</td><td>{{ b.direction }}</td><td class="num">{{ fmt(b.value) }}</td><td>{{ b.label }}</td><td>{% if b.verdict == "significant" %}<b>best</b>: {% endif %}{{ b.note }}</td></tr>
 {% endfor %}</table>
 
 {% if frontier %}<h2>Frontier: {{ frontier.y }} versus {{ frontier.x }}</h2>
@@ -181,7 +181,7 @@ INDEX_TEMPLATE = """<!DOCTYPE html>
 """
 
 
-COLOURS = {"pass": "#d9f2d9", "fail": "#f8c8c8", "not_checked": "#eeeeee", "missing": "#ffffff"}
+COLOURS = {"pass": "#d9f2d9", "fail": "#f8c8c8", "not_checked": "#eeeeee", "n/a": "#f6f6f6", "missing": "#ffffff"}
 _RAGAS_PREFIXES = ("ragas.", "ragas_llm.", "answer.", "claims.")
 
 
@@ -222,7 +222,7 @@ def write_index(spec: SweepSpec, g: Gathered, sig: dict, out: Path, *, engine: s
     ok = runs[runs["status"] == "ok"] if "status" in runs else runs.iloc[0:0]
     shown_metrics = [m for m in (spec.metrics or g.metric_cols) if m in runs.columns]
     numeric_metrics = [m for m in shown_metrics if ok[m].map(is_num).any()] if not ok.empty else []
-    best = best_points(g, numeric_metrics)
+    best = best_points(g, numeric_metrics, sig)
     # plots and the frontier see only values a reliable judge gave (or no judge at all)
     ok = ok.copy()
     for m in numeric_metrics:
@@ -234,7 +234,8 @@ def write_index(spec: SweepSpec, g: Gathered, sig: dict, out: Path, *, engine: s
         tie = len(b["points"]) > 1
         best_rows.append((m, {"direction": _direction_note(b["direction"]), "value": b["value"],
                               "label": "all points (tie)" if tie and len(b["points"]) == b["n_ok"] else
-                              "; ".join(b["labels"]) + (" (tie)" if tie else "")}))
+                              "; ".join(b["labels"]) + (" (tie)" if tie else ""),
+                              "verdict": b.get("verdict"), "note": b.get("note", "")}))
     varied = [c for c in g.param_cols if c in ok and ok[c].map(canon).nunique() > 1]
     plot_metrics = numeric_metrics[:12]
     param_plots = []

@@ -29,7 +29,7 @@ from . import ray_engine
 from .engines import ENGINE_NAME, Kernel, error_text, kernel_name, register_engine
 from .gather import gather, read_point, significance
 from .html import html_exporter, notebook_html, write_index
-from .spec import (ENGINES, EXECUTORS, FAILED, OUT_ROOT, SWEEPS_DIR, Point, SweepError, SweepSpec, expand, is_complete,
+from .spec import (ENGINES, EXECUTORS, FAILED, default_out_dir, SWEEPS_DIR, Point, SweepError, SweepSpec, expand, is_complete,
                    load_spec, mark_complete, notebook_code_hash, point_fingerprint)
 
 
@@ -95,7 +95,7 @@ def run_sweep(spec: SweepSpec | str | os.PathLike, *, jobs: int | None = None, e
         spec.notebook = (cwd / spec.notebook)
     if not spec.notebook.is_file():
         raise SweepError(f"{spec.source}: notebook {spec.notebook} does not exist")
-    out = Path(out_dir) if out_dir else OUT_ROOT / spec.name
+    out = Path(out_dir) if out_dir else default_out_dir(spec.name, spec.overrides)
     out = (cwd / out) if not out.is_absolute() else out
     (out / "points").mkdir(parents=True, exist_ok=True)
     points = expand(spec)
@@ -210,7 +210,7 @@ def _execute(spec, todo, out, fps, *, engine, jobs, cwd, progress, failed, wall,
                     try:
                         pm.execute_notebook(str(spec.notebook), str(pdir / "notebook.ipynb"), parameters=params,
                                             engine_name=ENGINE_NAME, kernel_name=kname,
-                                            kernel=own or kernel, progress_bar=progress and jobs == 1,
+                                            kernel=own or kernel, progress_bar=False,  # the sweep bar is the progress
                                             request_save_on_cell_execute=False,
                                             execution_timeout=spec.timeout, log_output=False)
                     finally:

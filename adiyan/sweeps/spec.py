@@ -20,11 +20,17 @@ from typing import Any, Mapping, Sequence
 
 import nbformat
 
-from ..config import read_yaml_mapping
+from ..config import load_settings, read_yaml_mapping
 from ..experiments.common import POINT_FORMAT
 
 SWEEPS_DIR = Path("sweeps")
-OUT_ROOT = Path("reports") / "sweeps"
+OUT_ROOT = Path("reports") / "sweeps"  # under the default paths.reports_dir; see default_out_dir
+
+
+def default_out_dir(name: str, overrides: Mapping[str, Any] | None = None) -> Path:
+    """Where sweep NAME writes when no ``--out-dir`` is given: ``<paths.reports_dir>/sweeps/NAME``, the
+    reports folder every other entry point honours (config file, ``ADIYAN_PATHS__REPORTS_DIR``, ``--set``)."""
+    return Path(load_settings(overrides=dict(overrides or {})).paths.reports_dir) / "sweeps" / name
 ENGINES = ("persistent", "papermill")
 EXECUTORS = ("local", "ray")  # where points run: this machine's kernels, or Ray tasks (adiyan.sweeps.ray_engine)
 MARKER = "COMPLETE.json"
@@ -217,6 +223,37 @@ def is_complete(point_dir: str | os.PathLike, fingerprint: str | None = None) ->
     except (OSError, ValueError):
         return False
     return fingerprint is None or marker.get("fingerprint") == fingerprint
+
+
+def estimate(spec: SweepSpec, out_dir: str | os.PathLike, cwd: str | os.PathLike | None = None) -> dict:
+    """What running the sweep would cost now, from its output folder's state: points done (finished
+    with the current fingerprint, reused for free), points left, and the time those take, estimated
+    from the wall time each earlier finished point recorded (its own when it ran before, else the
+    median of the sweep's measured points). ``seconds_left`` is None when nothing was ever measured."""
+    nb = Path(spec.notebook)
+    nb = nb if nb.is_absolute() else Path(cwd or Path.cwd()) / nb
+    code = notebook_code_hash(nb) if nb.is_file() else None
+    points = expand(spec)
+    walls: dict[str, float] = {}
+    done = 0
+    for p in points:
+        marker = Path(out_dir) / "points" / p.id / MARKER
+        try:
+            m = json.loads(marker.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(m.get("wall_s"), (int, float)):
+            walls[p.id] = float(m["wall_s"])
+        if code and m.get("fingerprint") == point_fingerprint(spec, p, code):
+            done += 1
+            walls.pop(p.id, None)  # reused: costs nothing
+            walls[p.id + "#done"] = float(m.get("wall_s") or 0.0)
+    measured = sorted(v for v in walls.values())
+    median = measured[len(measured) // 2] if measured else None
+    left = [p for p in points if not (code and is_complete(Path(out_dir) / "points" / p.id,
+                                                            point_fingerprint(spec, p, code)))]
+    secs = None if median is None else sum(walls.get(p.id, median) for p in left)
+    return {"points": len(points), "done": done, "left": len(left), "seconds_left": secs}
 
 
 def mark_complete(point_dir: str | os.PathLike, fingerprint: str, **info) -> Path:
