@@ -191,7 +191,7 @@ def test_an_applied_floor_that_cannot_separate_on_the_scored_set_is_named():
     assert group["floor_j_scored"] == -0.5
     warnings = warnings_for(None, d, details, scored_hash="ff" * 32)
     assert [w["name"] for w in warnings] == ["floor_cannot_separate_on_scored_set"]
-    msg = warnings[0]["message"]
+    msg = warnings[0]["detail"]  # the figures; "message" says what it means and what to do
     assert "J -0.500 < 0.2 here (J 0.250 on xquad_en-test)" in msg
     assert "drops 1 of 2 relevant and 0 of 2 irrelevant top-2 chunks" in msg
     # relevant 0.62, 0.40 all kept (TPR 1); irrelevant 0.30, 0.20 all under 0.35 (FPR 0): J = 1, no warning

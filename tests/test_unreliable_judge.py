@@ -102,6 +102,7 @@ def test_cli_summary_marks_them_and_prints_n(reports):
     assert "answer_relevancy=0.938" not in text
     assert "judge_agreement=0.550 [95% CI 0.398-0.694, 40 pairs]" in text
     assert lines[2].startswith("  WARNING judge_unreliable: judge agreement 0.55")
+    assert lines[2].endswith("(docs/reference/warnings.md)")  # a warning written without its section: the page
     good = "\n".join(summary_lines(reports / "run-good-a"))
     assert "answer_relevancy=0.600 (n=20)" in good and "UNRELIABLE" not in good and "WARNING" not in good
 

@@ -354,20 +354,21 @@ th{background:#f4f4f4}.better{color:#1b7f3b;font-weight:600}.worse{color:#b3261e
 {% if r.repeat_noise.a or r.repeat_noise.b %}<p>Repeat noise ({{ r.repeat_noise.rule }}): A
 {% if r.repeat_noise.a %}{{ r.repeat_noise.a.repeats }} repeats x {{ r.repeat_noise.a.judge_repeats }} judgings{% else %}not measured{% endif %},
 B {% if r.repeat_noise.b %}{{ r.repeat_noise.b.repeats }} repeats x {{ r.repeat_noise.b.judge_repeats }} judgings{% else %}not measured{% endif %}.</p>{% endif %}
-<table><tr><th>metric</th><th>A</th><th>B</th><th>Δ</th><th></th><th>repeat noise</th></tr>
+{% set has_noise = r.repeat_noise.a or r.repeat_noise.b %}{% if not has_noise %}<p><small>Neither run repeated its answers (<code>eval.repeats</code> 1), so there is no repeat-noise column: set <code>eval.repeats</code> above 1 on both runs to see whether a difference is larger than the system's own run-to-run spread.</small></p>{% endif %}
+<table><tr><th>metric</th><th>A</th><th>B</th><th>Δ</th><th>verdict</th>{% if has_noise %}<th>repeat noise</th>{% endif %}</tr>
 {% for m in r.metrics %}<tr class="{{ 'unreliable' if m.unreliable else '' }}"><td>{{ m.group }}/{{ m.name }}
 {% if m.unreliable %}<span class="badge">unreliable judge</span>{% endif %}</td><td>{{ fmt(m.a) }}</td>
 <td>{{ fmt(m.b) }}</td><td class="{{ m.shown if m.shown in ('better', 'worse') else 'same' }}">{{ '%+.4f' % m.delta }}</td><td class="{{ m.shown if m.shown in ('better', 'worse') else 'same' }}">{{ m.shown or m.verdict }}{% if m.p_holm is not none %} <small>(Holm p {{ '%.3f' % m.p_holm }})</small>{% endif %}</td>
-<td>{% if m.noise %}{% if m.noise.within_noise %}<span class="badge noise">within repeat noise</span>{% else %}beyond{% endif %}
-(threshold {{ '%.4f' % m.noise.threshold }}){% endif %}</td></tr>
+{% if has_noise %}<td>{% if m.noise %}{% if m.noise.within_noise %}<span class="badge noise">within repeat noise</span>{% else %}beyond{% endif %}
+(threshold {{ '%.4f' % m.noise.threshold }}){% else %}not measured for this metric{% endif %}</td>{% endif %}</tr>
 {% endfor %}</table>
 <h2>Paired tests per question</h2>
 <p>{{ r.test.kind }}, {{ r.test.permutations }} permutations, seed {{ r.test.seed }}; significant when Holm's adjusted p (over the {{ r.paired_tests|length }} tests of this comparison) is under {{ r.test.alpha }}. A metric above is coloured better or worse only then; otherwise it is grey and says "no difference shown".</p>
-<table><tr><th>score</th><th>n</th><th>mean A</th><th>mean B</th><th>Δ</th><th>p</th><th>Holm-adjusted p</th><th>B wins / losses / ties</th><th>repeat noise</th></tr>
+<table><tr><th>score</th><th>n</th><th>mean A</th><th>mean B</th><th>Δ</th><th>p</th><th>Holm-adjusted p</th><th>B wins / losses / ties</th>{% if has_noise %}<th>repeat noise</th>{% endif %}</tr>
 {% for t in r.paired_tests %}<tr><td>{{ t.score }}</td><td>{{ t.n }}</td><td>{{ fmt(t.mean_a) }}</td><td>{{ fmt(t.mean_b) }}</td>
 <td>{{ '%+.4f' % t.delta }}</td><td>{{ '%.4f' % t.p_value }}</td><td class="{{ 'sig' if t.significant else '' }}">{{ '%.4f' % t.p_holm }}{% if not t.significant %} <small>no difference shown</small>{% endif %}</td>
 <td>{{ t.wins }} / {{ t.losses }} / {{ t.ties }}</td>
-<td>{% if t.noise %}{% if t.noise.within_noise %}<span class="badge noise">within repeat noise</span>{% else %}beyond{% endif %}{% endif %}</td></tr>{% endfor %}</table>
+{% if has_noise %}<td>{% if t.noise %}{% if t.noise.within_noise %}<span class="badge noise">within repeat noise</span>{% else %}beyond{% endif %}{% else %}not measured for this score{% endif %}</td>{% endif %}</tr>{% endfor %}</table>
 <h2>Questions that flipped ({{ r.flipped|length }})</h2>
 {% for q in r.flipped %}<h3>{{ q.id }} ({{ q.kind }}): {{ q.changes|join(', ') }}</h3>
 <p>{{ q.question }}<br><small>gold: {{ (q.gold_sources or [])|join(', ') }}</small></p>

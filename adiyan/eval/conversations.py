@@ -42,6 +42,7 @@ from .. import metrics as M
 from .evalset import ConversationSet, load_conversation_set
 from .harness import EVAL_REQUESTER, close_index, open_index, refuse_repeats
 from .record import RunRecord
+from .reliability import warning
 from .scorers import CONVERSATION_SCORERS, Rows, score
 
 ENTRY_POINT = "invoke eval (conversations)"
@@ -210,8 +211,9 @@ def run_conversations(settings, *, progress: bool = True, run_id: str | None = N
         t0 = time.perf_counter()
         groups["incidents"] = incidents(embedder, record.dir)
         timings["incidents_s"] = time.perf_counter() - t0
-    warnings = [{"name": "judge_not_run", "message": f"eval.judge={settings.eval.judge}: the LLM-judged metrics "
-                 "are not computed on conversations; keyword recall scores the answers"}] if settings.eval.judge else []
+    warnings = [warning("judge_not_run", "a conversation set has no LLM-judged metrics (keyword recall scores the "
+                        "answers), so the judge was not asked; nothing to do, --set eval.judge=null silences this",
+                        f"eval.judge={settings.eval.judge}")] if settings.eval.judge else []
     timings["total_s"] = time.perf_counter() - t_start
     out = {
         **record.envelope(settings),

@@ -408,6 +408,9 @@ def answer_rows(rows, results, settings, llm, cache, progress: bool = False) -> 
     (:func:`adiyan.eval.scorers.annotate_answer`). Seconds spent."""
     t0 = time.perf_counter()
     for r in tqdm(rows, desc="answer", unit="q", disable=not progress or llm is None):
+        t1 = time.perf_counter()
         answer = answer_question(llm, r["question"], results[r["id"]].chunks, settings, cache=cache) if llm else None
         annotate_answer(r, answer.text if answer else None, answer.used if answer else None)
+        if llm is not None:
+            r["answer_s"] = round(time.perf_counter() - t1, 6)  # this run's wall time (a cache hit: a look-up)
     return time.perf_counter() - t0

@@ -19,6 +19,23 @@ from __future__ import annotations
 from ..report import judged_unreliable
 from ..retrieval.floor import FloorDecision
 
+WARNINGS_DOC = "docs/reference/warnings.md"  # one section per warning name: what it means, what to do
+
+
+def warning(name: str, message: str, detail: str = "") -> dict:
+    """A run's named warning: ``message`` says in one sentence what it means and what the user can
+    do, ``detail`` the figures behind it, ``doc`` the docs section (``WARNINGS_DOC#name``)."""
+    return {"name": name, "message": message, "detail": detail, "doc": f"{WARNINGS_DOC}#{name}"}
+
+
+_FLOOR_MESSAGES = {
+    "floor_cannot_separate": "the similarity floor cannot tell relevant from irrelevant chunks (Youden's J under "
+                             "retrieval.floor_min_j), so a calibrated one is not applied; nothing to do unless you want "
+                             "a floor, then calibrate one on a labelled set of your own",
+    "floor_not_measured": "retrieval.score_floors sets a floor whose effect was never measured; measure it with "
+                          "adiyan calibrate-floor --write",
+}
+
 
 def judged_group(judged: dict) -> dict:
     """The ``ragas_llm`` metric group of a run from what ``_ragas_llm`` returned."""
@@ -40,34 +57,39 @@ def warnings_for(judged: dict | None, decision: FloorDecision | None, floor_deta
     if judged is not None and not judged["calibration"]["reliable"]:
         cal = judged["calibration"]
         reused = "; calibration reused from the cache" if cal.get("reused") else ""
-        out.append({"name": "judge_unreliable",
-                    "message": f"{cal['why']} ({cal['judge']}): the LLM-judged metrics were not computed{reused}. "
-                               "The claim checker's metrics (group claims) measure the answers offline; an LLM "
-                               "judge runs only once its calibration clears eval.judge_reliable_agreement "
-                               "(docs/concepts/evaluation.md#the-judge)."})
+        out.append(warning("judge_unreliable",
+                           f"the judge ({cal['judge']}) did not agree with labelled pairs often enough to be trusted, "
+                           "so the LLM-judged metrics were not computed; nothing to do offline (the claim checker's group "
+                           "claims measures the answers), or point eval.judge at a capable model server",
+                           f"{cal['why']}{reused}"))
     if decision is not None:
         if decision.warning:
-            out.append({"name": decision.warning, "message": decision.reason})
+            out.append(warning(decision.warning, _FLOOR_MESSAGES.get(decision.warning, decision.reason),
+                               decision.reason))
         cal = decision.calibration or {}
         if cal.get("evalset_hash") and scored_hash.startswith(str(cal["evalset_hash"])):
-            out.append({"name": "floor_calibrated_on_scored_set",
-                        "message": f"the floor of {decision.embedder_id} was calibrated on {cal.get('evalset')}, "
-                                   "the set this run scores: its J flatters it. Recalibrate on a disjoint set "
-                                   "(adiyan calibrate-floor --write)."})
+            out.append(warning("floor_calibrated_on_scored_set",
+                               f"the floor of {decision.embedder_id} was calibrated on the set this run scores "
+                               f"({cal.get('evalset')}), so its figures flatter it; recalibrate on a disjoint set "
+                               "(adiyan calibrate-floor --evalset OTHER --write)"))
         if floor_details and not floor_details.get("measured", True):
-            out.append({"name": "floor_not_measured_on_scored_set", "message": floor_details.get("why", "")})
+            out.append(warning("floor_not_measured_on_scored_set",
+                               "what the floor removes could not be measured on this set; nothing to do, or score a "
+                               "labelled evalset to see it", floor_details.get("why", "")))
         j_scored = (floor_details or {}).get("j_scored")
         if decision.applied and decision.floor > 0 and j_scored is not None and j_scored < decision.min_j:
             # Reported, never acted on: choosing the floor by the scored set's labels would flatter it.
             (rb, rt), (ib, it) = floor_details["relevant_below"], floor_details["irrelevant_below"]
-            out.append({"name": "floor_cannot_separate_on_scored_set",
-                        "message": f"the {decision.source} floor {decision.floor} of {decision.embedder_id} is applied "
+            out.append(warning("floor_cannot_separate_on_scored_set",
+                               f"the applied floor cannot separate relevant from irrelevant chunks on this set, so "
+                               f"its figures measure the floor as much as {decision.embedder_id}; compare embedders "
+                               "under the same floor policy (retrieval.use_calibrated_floors=false on both)",
+                               f"the {decision.source} floor {decision.floor} of {decision.embedder_id} is applied "
                                    f"but cannot separate relevant from irrelevant results on this set: J {j_scored:.3f} < "
                                    f"{decision.min_j} here (J {_fmt(decision.youden_j)} on "
                                    f"{cal.get('evalset') or 'its calibration set'}); it drops {rb} of {rt} relevant and "
                                    f"{ib} of {it} irrelevant top-{floor_details.get('k')} chunks. Its numbers measure "
-                                   "the floor as much as the embedder: compare embedders with the same floor policy "
-                                   "(e.g. retrieval.use_calibrated_floors=false for both)."})
+                               "the floor as much as the embedder."))
     return out
 
 
@@ -101,4 +123,4 @@ def group_line(m: dict, group: str, vals: dict) -> str:
 
 
 def warning_lines(m: dict) -> list[str]:
-    return [f"  WARNING {w['name']}: {w['message']}" for w in m.get("warnings") or []]
+    return [f"  WARNING {w['name']}: {w['message']} ({w.get('doc') or WARNINGS_DOC})" for w in m.get("warnings") or []]

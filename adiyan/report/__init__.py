@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -258,7 +259,7 @@ RUN_TEMPLATE = """<!DOCTYPE html>
 <h1>Run {{ m.run_id }}</h1>
 {{ summary }}
 {% if m.warnings %}<h2 id="warnings">Warnings ({{ m.warnings|length }})</h2>
-<ul class="warnings">{% for w in m.warnings %}<li id="warning-{{ w.name }}"><b>{{ w.name }}</b>: {{ w.message }}</li>
+<ul class="warnings">{% for w in m.warnings %}<li id="warning-{{ w.name }}"><b>{{ w.name }}</b>: {{ w.message }}{% if w.doc %} (<a href="{{ doc_href(w.doc) }}">what it means</a>){% endif %}{% if w.detail %}<br><small>{{ w.detail }}</small>{% endif %}</li>
 {% endfor %}</ul>
 {% endif %}
 <h2 id="failures">Failures ({{ failures|length }})</h2>
@@ -305,9 +306,10 @@ RUN_TEMPLATE = """<!DOCTYPE html>
 </table>
 
 <h2>All questions</h2>
-<table><tr><th>id</th><th>kind</th><th>question</th><th>hit</th><th>RR</th><th>keyword hit</th><th>claims supported</th><th>top-1 source</th><th>top-1 score</th><th>latency s</th></tr>
-{% for q in questions %}<tr><td>{{ q.id }}</td><td>{{ q.kind }}</td><td>{{ q.question }}</td><td class="{{ status(q) }}">{{ fmt(q.hit) }}</td><td class="num">{{ fmt(q.reciprocal_rank) }}</td><td>{{ fmt(q.keyword_hit) }}</td><td class="num">{% if q.claim_verdicts %}{{ q.claim_verdicts|selectattr("supported")|list|length }} of {{ q.claim_verdicts|length }}{% else %}—{% endif %}</td><td>{{ (q.retrieved or [{}])[0].source }}</td><td class="num">{{ fmt(top(q)) }}</td><td class="num">{{ fmt(q.latency_s) }}</td></tr>
+<table><tr><th>id</th><th>kind</th><th>question</th><th>hit</th><th>RR</th><th>keyword hit</th><th>claims supported</th><th>top-1 source</th><th>top-1 score</th>{% if cols.retrieve %}<th>retrieve ms</th>{% endif %}{% if cols.answer %}<th>answer ms</th>{% endif %}</tr>
+{% for q in questions %}<tr><td>{{ q.id }}</td><td>{{ q.kind }}</td><td>{{ q.question }}</td><td class="{{ status(q) }}">{{ fmt(q.hit) }}</td><td class="num">{{ fmt(q.reciprocal_rank) }}</td><td>{{ fmt(q.keyword_hit) }}</td><td class="num">{% if q.claim_verdicts %}{{ q.claim_verdicts|selectattr("supported")|list|length }} of {{ q.claim_verdicts|length }}{% else %}—{% endif %}</td><td>{{ (q.retrieved or [{}])[0].source }}</td><td class="num">{{ fmt(top(q)) }}</td>{% if cols.retrieve %}<td class="num">{{ ms(q.retrieve_s) }}</td>{% endif %}{% if cols.answer %}<td class="num">{{ ms(q.answer_s) }}</td>{% endif %}</tr>
 {% endfor %}</table>
+{% if cols.answer %}<p><small>answer ms: the wall time of each answer in this run; an answer served from the answer cache costs a look-up.</small></p>{% endif %}
 {% if questions|selectattr("claim_verdicts")|list %}<h2 id="claims">Answers, claim by claim</h2>
 <p>Each answer split into claims, each checked against the retrieved context by the trained claim checker: <span class="claim ok">supported</span> or <span class="claim no">not supported</span>, with the checker's P(supported) and the passage window that supports it best. Abstentions have no claims.</p>
 {% for q in questions if q.claim_verdicts %}<details class="fail" id="claims-{{ q.id }}"><summary><b>{{ q.id }}</b> · {{ q.claim_verdicts|selectattr("supported")|list|length }} of {{ q.claim_verdicts|length }} supported · {{ q.question }}</summary>
@@ -351,6 +353,17 @@ def _read_questions(path: Path) -> list[dict]:
     return rows
 
 
+def _doc_href(doc: str, run_dir: Path) -> str:
+    """A docs path (``docs/reference/warnings.md#name``) as a link from the run folder: relative to the
+    repository's docs when they are there, else the path as written."""
+    path, _, anchor = doc.partition("#")
+    target = Path(__file__).resolve().parents[2] / path
+    if not target.is_file():
+        return doc
+    rel = Path(os.path.relpath(target, run_dir.resolve()))
+    return rel.as_posix() + (f"#{anchor}" if anchor else "")
+
+
 def write_run_report(run_dir: Path) -> Path:
     """Write run_dir/report.html: everything needed to judge one run, failures first-class."""
     run_dir = Path(run_dir)
@@ -368,6 +381,10 @@ def write_run_report(run_dir: Path) -> Path:
         m=m, ds=m.get("dataset") or {}, questions=questions, failures=failures, plots=plots,
         summary=summary_section(run_dir, m, questions, failures),
         has_config=(run_dir / "config.yaml").exists(),
+        doc_href=lambda doc: _doc_href(doc, run_dir),
+        cols={"retrieve": any(isinstance(q.get("retrieve_s"), (int, float)) for q in questions),  # only columns
+              "answer": any(isinstance(q.get("answer_s"), (int, float)) for q in questions)},  # with values
+        ms=lambda s: "—" if not isinstance(s, (int, float)) else f"{s * 1000:.1f}",
         config_json=json.dumps(m.get("config", {}), indent=2, ensure_ascii=False),
         agent=agent_section(run_dir, m.get("metrics") or {}),  # eval.mode=agent: traces
         repeats=repeats_section(m, _plot_repeats(m["repeats"]) if m.get("repeats") else None))  # eval.repeats

@@ -19,12 +19,13 @@ every group by text (run id, setting, model, warning). The same inline script do
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from urllib.parse import quote
 
 import yaml
 from jinja2 import Environment
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from ..config import Settings
 from .. import metrics as M
@@ -37,11 +38,11 @@ INDEX_CSS = """
 .group{margin-top:2em}.diff code{background:#eef3fb;border-radius:3px;padding:0 3px;margin:1px;display:inline-block}
 .defaults{color:#777}#compare-box{position:sticky;top:0;background:#fffbe6;border:1px solid #e6d98c;padding:.5em 1em;margin:1em 0}
 #compare-cmd{font-size:1.05em}.scroll{overflow-x:auto;max-width:100%}
-table.runs{margin:.3em 0}table.runs th{cursor:pointer;user-select:none}table.runs th[aria-sort=ascending]::after{content:" \\25B2"}
+table.runs{margin:.3em 0;font-size:12.5px}table.runs td,table.runs th{padding:3px 4px}table.runs .date{color:#666;margin-left:1.6em}table.runs th{cursor:pointer;user-select:none}table.runs th[aria-sort=ascending]::after{content:" \\25B2"}
 table.runs th[aria-sort=descending]::after{content:" \\25BC"}
-table.runs .run{position:sticky;left:0;background:#fff;z-index:1;white-space:nowrap;box-shadow:1px 0 0 #ddd}table.runs th.run{background:#f3f3f3}
-table.runs thead th:not(.run){max-width:7.5em;overflow-wrap:anywhere}table.runs td.diff{max-width:15em}
-table.runs td.diff code{overflow-wrap:anywhere}table.runs td.warn{max-width:11em}td.warn .badge{white-space:normal;overflow-wrap:anywhere;display:inline-block}table.runs td.date{white-space:nowrap}
+table.runs .run{position:sticky;left:0;background:#fff;z-index:1;max-width:11em;box-shadow:1px 0 0 #ddd}table.runs th.run{background:#f3f3f3}
+table.runs thead th:not(.run){max-width:7.5em;overflow-wrap:normal;word-break:normal}table.runs td.diff{max-width:15em}
+table.runs td.diff code{overflow-wrap:normal}table.runs td.warn{max-width:11em}td.warn .badge{white-space:normal;overflow-wrap:normal;display:inline-block}table.runs td.date{white-space:nowrap}
 #filter-box{margin:1em 0}#run-filter{width:22em;padding:2px 4px}.more-cols{margin:.2em 0 .6em;font-size:12px}
 """
 
@@ -115,8 +116,8 @@ INDEX_TEMPLATE = """<!DOCTYPE html>
 <div id="filter-box"><label>Filter runs <input id="run-filter" type="search" placeholder="run id, setting, model, warning"></label> <span id="filter-count"></span> · click a column's header to sort</div>
 {% for g in groups %}<div class="group" id="group-{{ loop.index }}">
 <h2>{{ g.name }} <small>dataset hash <code title="{{ g.hash }}">{{ short(g.hash) }}</code> · {{ g.rows|length }} run(s)</small></h2>
-<div class="scroll"><table class="runs compact" id="runs-{{ loop.index }}"><thead><tr><th class="run">run</th><th>date</th>{% for grp, n in g.head_cols %}<th>{{ grp }}<br>{{ n }}</th>{% endfor %}<th>settings</th><th>warnings</th><th>embedder</th><th>llm</th><th>config</th>{% for grp, n in g.more_cols %}<th>{{ grp }}<br>{{ n }}</th>{% endfor %}</tr></thead><tbody>
-{% for r in g.rows %}<tr><td class="run"><input type="checkbox" class="pick" data-run="{{ r.run_id }}" aria-label="pick {{ r.run_id }}"> <a href="{{ r.href }}">{{ r.run_id }}</a></td><td class="date" title="{{ r.created_at }}">{{ r.date[0] }}<br>{{ r.date[1] }}</td>{% for c in r.head_cells %}{{ cell(c) }}{% endfor %}<td class="diff">{% for d in r.diff %}<code>{{ d }}</code> {% else %}<span class="defaults">defaults</span>{% endfor %}</td><td class="warn">{% for w in r.warnings %}<span class="badge" title="{{ w.message }}">{{ w.name }}</span> {% endfor %}</td><td>{{ r.embedder }}</td><td>{{ r.llm }}</td><td><code>{{ r.config }}</code></td>{% for c in r.more_cells %}{{ cell(c) }}{% endfor %}</tr>
+<div class="scroll"><table class="runs compact" id="runs-{{ loop.index }}"><thead><tr><th class="run">run</th>{% for grp, n in g.head_cols %}<th>{{ grp|wbr }}<br>{{ n|wbr }}</th>{% endfor %}<th>settings</th><th>warnings</th><th>embedder</th><th>llm</th><th>config</th>{% for grp, n in g.more_cols %}<th>{{ grp|wbr }}<br>{{ n|wbr }}</th>{% endfor %}</tr></thead><tbody>
+{% for r in g.rows %}<tr><td class="run"><input type="checkbox" class="pick" data-run="{{ r.run_id }}" aria-label="pick {{ r.run_id }}"> <a href="{{ r.href }}">{{ r.run_id }}</a><br><small class="date" title="{{ r.created_at }}">{{ r.date[0] }} {{ r.date[1] }}</small></td>{% for c in r.head_cells %}{{ cell(c) }}{% endfor %}<td class="diff">{% for d in r.diff %}<code>{{ d|wbr }}</code> {% else %}<span class="defaults">defaults</span>{% endfor %}</td><td class="warn">{% for w in r.warnings %}<span class="badge" title="{{ w.message }}">{{ w.name|wbr }}</span> {% endfor %}</td><td>{{ r.embedder }}</td><td>{{ r.llm }}</td><td><code>{{ r.config }}</code></td>{% for c in r.more_cells %}{{ cell(c) }}{% endfor %}</tr>
 {% endfor %}</tbody></table></div>
 <button type="button" class="more-cols" data-table="runs-{{ loop.index }}" data-label="all {{ g.n_cols }} columns">all {{ g.n_cols }} columns</button>
 {% if g.trend %}<h3>Retrieval metrics across the runs of {{ g.name }}</h3>
@@ -129,6 +130,8 @@ INDEX_TEMPLATE = """<!DOCTYPE html>
 """
 
 _env = Environment(autoescape=True, keep_trailing_newline=True)
+# a metric name may wrap after _ . @ / (hit_rate@<wbr>4), never inside a word
+_env.filters["wbr"] = lambda name: Markup(re.sub(r"([_.@/=])", r"\1<wbr>", str(escape(name))))
 _env.globals.update(short=_short, css=Markup(CSS), index_css=Markup(INDEX_CSS), js=Markup(COMPARE_JS))
 _CELL = _env.from_string('{% if c.unreliable %}<td class="num"><span class="unreliable">{{ c.text }}</span> '
                          '<span class="badge">unreliable judge</span></td>{% else %}<td class="num{% if c.best %} best'
@@ -275,7 +278,7 @@ def write_index(reports_dir: Path) -> Path:
         head, more = _split_columns(cols, rows)
         # run, date, headline metrics, settings, warnings are shown; embedder, llm, config and the rest fold
         groups.append({"name": name, "hash": h or None, "cols": cols, "rows": rows, "head_cols": head,
-                       "more_cols": more, "first_hidden": 2 + len(head) + 2 + 1, "n_cols": 2 + len(cols) + 5,
+                       "more_cols": more, "first_hidden": 1 + len(head) + 2 + 1, "n_cols": 1 + len(cols) + 5,
                        "trend": _plot_trend(members) if len(members) >= 2 else None})
     html = _env.from_string(INDEX_TEMPLATE).render(
         groups=groups, n_runs=len(runs), broken=broken,

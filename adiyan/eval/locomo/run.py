@@ -31,6 +31,7 @@ from ...retrieval.pipeline import UnsupportedSetting
 from ... import metrics as M
 from ..ragas_metrics import score_non_llm, summarize
 from ..record import RunRecord
+from ..reliability import warning
 from ..harness import refuse_repeats
 from . import paths as P
 from .data import CATEGORIES, LocomoSet, load_locomo
@@ -229,11 +230,13 @@ def answer_metrics(settings, rows: list[dict]) -> tuple[dict, dict]:
 def _warnings(settings, wiring: bool) -> list[dict]:
     w = []
     if settings.eval.judge:
-        w.append({"name": "judge_not_run", "message": f"eval.judge={settings.eval.judge}: the LLM-judged metrics are "
-                  "not computed on LoCoMo; LoCoMo's F1 scores the answers"})
+        w.append(warning("judge_not_run", "LoCoMo has no LLM-judged metrics (LoCoMo's F1 scores the answers), so "
+                         "the judge was not asked; nothing to do, --set eval.judge=null silences this",
+                         f"eval.judge={settings.eval.judge}"))
     if wiring:
-        w.append({"name": "answers_are_wiring", "message": "the embedded smollm2 answered: locomo_answer and the "
-                  "string metrics prove the answer path runs, they do not measure answer quality"})
+        w.append(warning("answers_are_wiring", "the embedded SmolLM2 wrote the answers, so locomo_answer and the string "
+                         "metrics prove the answer path runs but do not measure answer quality; answer with a "
+                         "packaged Qwen2.5-Coder or a model server for figures that do"))
     return w
 
 
