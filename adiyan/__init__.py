@@ -6,7 +6,8 @@ import only from its own layer or below (tests/test_layers.py walks every import
 inside functions, and fails on an upward import or a cycle):
 
 ====  ==========================================================================================
-  0   config (typed settings; config_reference renders it as docs), types, metrics (the metric registry; metrics computed by hand)
+  0   config (typed settings; config_reference renders it as docs), types, metrics (the metric registry; metrics computed by hand),
+      stats (paired randomization test, Holm)
   1   cache, store, ingest, chunking, models: infrastructure that knows nothing of retrieval
   2   kb: the write path and the engine search under the access policy
   3   retrieval: the pipeline (transform -> search -> floor -> re-rank -> cut) and its stages
@@ -27,7 +28,7 @@ import warnings as _warnings
 __version__ = "0.1.0"
 
 LAYERS = {
-    "adiyan.config": 0, "adiyan.config_reference": 0, "adiyan.types": 0, "adiyan.metrics": 0,
+    "adiyan.config": 0, "adiyan.config_reference": 0, "adiyan.types": 0, "adiyan.metrics": 0, "adiyan.stats": 0,
     "adiyan.cache": 1, "adiyan.store": 1, "adiyan.ingest": 1, "adiyan.chunking": 1, "adiyan.chunking_llamaindex": 1, "adiyan.models": 1,
     "adiyan.kb": 2,
     "adiyan.retrieval": 3,

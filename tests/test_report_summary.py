@@ -100,10 +100,13 @@ def test_report_opens_on_summary_with_deltas_against_previous_and_baseline(tmp_p
     assert 'href="../r2-prev/report.html"' in summary and "invoke compare r2-prev r3" in summary
     assert "r0-other-data" not in summary
     row = re.search(r"<tr class=\"hl\"><th scope=\"row\">retrieval · hit_rate@2</th>.*?</tr>", summary).group(0)
-    assert '<td class="num delta worse" title="1.0 → 0.75">-0.25</td>' in row  # vs previous: higher is better
-    assert '<td class="num delta better" title="0.5 → 0.75">+0.25</td>' in row  # vs baseline
+    # the fixtures' runs answered the same questions the same way: the paired test shows no difference,
+    # so the delta is grey whatever its sign (the metric values differ only because they were written so)
+    assert ('<td class="num delta neutral" title="1.0 → 0.75: no difference shown (paired test, Holm p 1.000)">'
+            '-0.25</td>') in row  # vs previous
+    assert '<td class="num delta neutral" title="0.5 → 0.75: no difference shown' in row  # vs baseline
     leak = re.search(r"privacy · private_chunks_leaked</th>.*?</tr>", summary).group(0)
-    assert 'delta worse" title="0 → 1">+1</td>' in leak  # lower is better: a leak is worse
+    assert 'delta worse" title="0 → 1">+1</td>' in leak  # a leak is a count that must be 0: always worse
     assert "3 failing question(s)" in summary and "1 private leak" in summary
     # the failure folds open to its retrieved context
     block = html[html.index('<details class="fail" id="fail-q2">'):]
@@ -136,3 +139,26 @@ def test_a_question_judged_on_chunks_keeps_its_own_ndcg_and_the_headline_reprodu
     assert ndcg_at(rows[0], 10) == 1.0  # what the source-level recomputation would have said
     row = {h["name"]: h for h in headline(metrics, rows)}["ndcg@10"]
     assert row["why"] == "" and row["n"] == 2 and row["ci"][0] <= metrics["retrieval"]["ndcg@10"] <= row["ci"][1]
+
+
+def test_a_delta_is_coloured_only_when_its_paired_test_is_significant_after_holm(tmp_path):
+    """40 questions: the previous run missed 30 that this run hits (paired randomization p < 0.001,
+    significant after Holm over the tested metrics): hit rate's delta is green. Its keyword hits differ
+    on one question only (p = 1.0): that delta is grey and says "no difference shown"."""
+    root = tmp_path / "reports"
+    def rows(hits, kws):
+        return [_q(f"q{i}", h, 1.0 if h else 0.0, ["a"] if h else ["b"], ["a"], keyword_hit=k, abstained=False)
+                for i, (h, k) in enumerate(zip(hits, kws))]
+    prev_rows = rows([True] * 10 + [False] * 30, [True] * 20 + [False] * 20)
+    mine = rows([True] * 40, [True] * 21 + [False] * 19)
+    m_prev = _metrics("r1", 1, 0.25, 0)
+    m_prev["metrics"]["answer"]["keyword_recall"] = 0.5
+    _write(root, "r1", m_prev, prev_rows)
+    m = _metrics("r2", 2, 1.0, 0)
+    m["metrics"]["answer"]["keyword_recall"] = 0.525
+    run = _write(root, "r2", m, mine)
+    summary = write_run_report(run).read_text(encoding="utf-8").split('<h2 id="failures">')[0]
+    hit = re.search(r"retrieval · hit_rate@2</th>.*?</tr>", summary).group(0)
+    assert 'class="num delta better" title="0.25 → 1.0 (paired test, Holm p 0.000, n 40)">+0.75</td>' in hit
+    kw = re.search(r"answer · keyword_recall</th>.*?</tr>", summary).group(0)
+    assert 'class="num delta neutral" title="0.5 → 0.525: no difference shown (paired test, Holm p 1.000)"' in kw

@@ -26,6 +26,8 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ..stats import fisher_randomization_p, holm  # noqa: F401 - re-exported: callers import them from here
+
 # ranx's numba kernels cast query-id hashes from uint64 to int64 and say so on every first call;
 # the ids are only used as keys, so nothing is lost, and the warning only clutters the summary
 warnings.filterwarnings("ignore", message=".*unsafe cast from uint64 to int64.*")
@@ -262,26 +264,6 @@ def compare_runs(qrels: Qrels, runs: Mapping[str, Run], metrics: Iterable[str] =
 
 
 # -- the paired tests computed here -------------------------------------------------------------
-def fisher_randomization_p(a: np.ndarray, b: np.ndarray, n_permutations: int = 10_000, seed: int = 42) -> float:
-    """Two-sided paired randomization test (Fisher; Smucker, Allan & Carterette, CIKM 2007).
-
-    Under the null the two systems are exchangeable per query, so each query's difference
-    keeps or flips its sign with probability 1/2; p = (1 + #{|mean permuted diff| >= |observed|})
-    / (1 + n_permutations). One seeded generator, drawn in fixed-size blocks: same seed, same p.
-    """
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    diff = b - a
-    observed = abs(diff.mean())
-    rng = np.random.default_rng(seed)
-    extreme, done = 0, 0
-    while done < n_permutations:
-        n = min(1000, n_permutations - done)
-        signs = rng.choice(np.array([-1.0, 1.0]), size=(n, diff.size))
-        extreme += int((np.abs((signs * diff).mean(axis=1)) >= observed - 1e-12).sum())
-        done += n
-    return float((extreme + 1) / (n_permutations + 1))
-
-
 def paired_t_p(a: np.ndarray, b: np.ndarray) -> float:
     """Two-sided paired Student's t-test p-value."""
     from scipy import stats  # heavy: scipy loads only when a paired t-test is asked for
@@ -317,15 +299,3 @@ def warm_up() -> None:
     per_query(qrels, run, "ndcg@10")
     other = {"q1": {"b": 0.9, "a": 0.1}, "q2": {"y": 0.2}, "q3": {"d": 1.0}}
     compare_runs(qrels, {"a": run, "b": other}, ["ndcg@10", "recall@10"], stat_test="student")
-
-
-def holm(pvals: dict[str, float]) -> dict[str, float]:
-    """Holm's step-down adjustment of a family of p-values (Holm 1979): the i-th smallest of m is
-    multiplied by m - i, kept monotone and capped at 1. Used wherever one comparison runs several
-    tests (invoke compare's paired tests, a sweep's points against its baseline)."""
-    items = sorted((p, k) for k, p in pvals.items() if p is not None)
-    m, out, running = len(items), {}, 0.0
-    for i, (p, k) in enumerate(items):
-        running = max(running, min(1.0, (m - i) * p))
-        out[k] = running
-    return out

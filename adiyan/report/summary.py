@@ -28,6 +28,7 @@ from jinja2 import Environment
 from markupsafe import Markup
 
 from .. import metrics as M
+from ..stats import fisher_randomization_p, holm
 
 BASELINES_FILE = "baselines.yaml"  # in the reports folder: {evalset name: run id}
 BOOTSTRAP = 2000
@@ -91,28 +92,58 @@ def ndcg_at(q: dict, k: int) -> float | None:
     return dcg / ideal
 
 
-def _answerable(questions, key):
-    return [float(q[key]) for q in questions if q.get("hit") is not None and q.get(key) is not None]
+def _by_id(questions, key, keep) -> dict[str, float]:
+    return {str(q.get("id")): float(v) for q in questions if keep(q) and (v := q.get(key)) is not None}
+
+
+def _values_by_id(group: str, name: str, questions: list[dict]) -> dict[str, float] | None:
+    """{question id: value} whose mean is ``group.name``, or None when the rows do not hold them."""
+    answerable = lambda q: q.get("hit") is not None
+    if group == "retrieval" and name.startswith("hit_rate@"):
+        return _by_id(questions, "hit", answerable)
+    if group == "retrieval" and name.startswith("mrr@") and name != f"mrr@{IR_DEPTH}":
+        return _by_id(questions, "reciprocal_rank", answerable)
+    if group == "retrieval" and name in (f"ndcg@{IR_DEPTH}", f"recall@{IR_DEPTH}"):
+        if any(name in (q.get("retrieval") or {}) for q in questions):  # the scorer's own per-question values
+            return {str(q.get("id")): float(v) for q in questions
+                    if (v := (q.get("retrieval") or {}).get(name)) is not None}
+        f = ndcg_at if name.startswith("ndcg") else recall_at  # a run written before rows carried them
+        return {str(q.get("id")): v for q in questions if (v := f(q, IR_DEPTH)) is not None}
+    if group == "answer" and name == "keyword_recall":
+        return _by_id(questions, "keyword_hit", answerable)
+    if group == "answer" and name == "abstain_rate_unanswerable":
+        return _by_id(questions, "abstained", lambda q: q.get("hit") is None)
+    if group == "claims":  # the claim checker's per-question values (questions.jsonl "claims")
+        return {str(q.get("id")): float(v) for q in questions if (v := (q.get("claims") or {}).get(name)) is not None}
+    return None
 
 
 def _per_question(group: str, name: str, questions: list[dict]) -> list[float] | None:
     """The per-question values whose mean is ``group.name``, or None when the rows do not hold them."""
-    if group == "retrieval" and name.startswith("hit_rate@"):
-        return _answerable(questions, "hit")
-    if group == "retrieval" and name.startswith("mrr@") and name != f"mrr@{IR_DEPTH}":
-        return _answerable(questions, "reciprocal_rank")
-    if group == "retrieval" and name in (f"ndcg@{IR_DEPTH}", f"recall@{IR_DEPTH}"):
-        if any(name in (q.get("retrieval") or {}) for q in questions):  # the scorer's own per-question values
-            return [float(v) for q in questions if (v := (q.get("retrieval") or {}).get(name)) is not None]
-        f = ndcg_at if name.startswith("ndcg") else recall_at  # a run written before rows carried them
-        return [v for q in questions if (v := f(q, IR_DEPTH)) is not None]
-    if group == "answer" and name == "keyword_recall":
-        return _answerable(questions, "keyword_hit")
-    if group == "answer" and name == "abstain_rate_unanswerable":
-        return [float(q["abstained"]) for q in questions if q.get("hit") is None and q.get("abstained") is not None]
-    if group == "claims":  # the claim checker's per-question values (questions.jsonl "claims")
-        return [float(v) for q in questions if (v := (q.get("claims") or {}).get(name)) is not None]
-    return None
+    vals = _values_by_id(group, name, questions)
+    return None if vals is None else list(vals.values())
+
+
+def paired_holm(rows: list[dict], questions: list[dict], other_questions: list[dict] | None) -> dict[str, dict]:
+    """Per headline metric (``group.name``), a paired randomization test of this run against another
+    over the questions both answered (10,000 permutations, seed 42), Holm-adjusted over the metrics
+    tested: ``{key: {"n", "p", "p_holm"}}``. A metric without per-question values in both runs has none."""
+    if not other_questions:
+        return {}
+    raw: dict[str, tuple[int, float]] = {}
+    for h in rows:
+        mine, theirs = (_values_by_id(h["group"], h["name"], qs) for qs in (questions, other_questions))
+        if not mine or not theirs:
+            continue
+        shared = sorted(set(mine) & set(theirs))
+        if len(shared) < 2:
+            continue
+        a = np.array([theirs[i] for i in shared])
+        b = np.array([mine[i] for i in shared])
+        raw[f"{h['group']}.{h['name']}"] = (len(shared), 1.0 if np.array_equal(a, b) else
+                                            fisher_randomization_p(a, b, 10_000, 42))
+    adjusted = holm({k: p for k, (_, p) in raw.items()})
+    return {k: {"n": n, "p": p, "p_holm": adjusted[k]} for k, (n, p) in raw.items()}
 
 
 def bootstrap_ci(values: list[float], n: int = BOOTSTRAP, seed: int = 0) -> tuple[float, float]:
@@ -216,8 +247,11 @@ def _unreliable(groups: dict, group: str, name: str) -> bool:
     return judged and num((groups.get("ragas_llm") or {}).get("judge_reliable")) != 1.0
 
 
-def delta(metrics: dict, other: dict | None, group: str, name: str) -> dict | None:
-    """{text, cls, title} of this run's value minus the other's, judged by the registry's direction."""
+def delta(metrics: dict, other: dict | None, group: str, name: str, test: dict | None = None,
+          tested: bool = False) -> dict | None:
+    """{text, cls, title} of this run's value minus the other's, judged by the registry's direction and
+    coloured better / worse only when its paired test (``test``: :func:`paired_holm`'s entry) is
+    significant after Holm; with ``tested`` and no significant test it is grey, "no difference shown"."""
     if other is None:
         return None
     raw_a, raw_b = (metrics.get(group) or {}).get(name), (other.get(group) or {}).get(name)
@@ -235,7 +269,15 @@ def delta(metrics: dict, other: dict | None, group: str, name: str) -> dict | No
         cls = "neutral"
     else:
         cls = "better" if (d > 0) == (direction == M.HIGHER) else "worse"
-    return {"text": f"{d:+.4g}" if d else "±0", "cls": cls, "title": f"{fmt(raw_b)} → {fmt(raw_a)}"}
+    title = f"{fmt(raw_b)} → {fmt(raw_a)}"
+    if tested and cls in ("better", "worse") and group != "privacy":  # a leak is a count that must be 0, not a sample
+        if test is None:
+            cls, title = "neutral", title + ": no paired test (no per-question values in both runs)"
+        elif test["p_holm"] >= 0.05:
+            cls, title = "neutral", title + f": no difference shown (paired test, Holm p {test['p_holm']:.3f})"
+        else:
+            title += f" (paired test, Holm p {test['p_holm']:.3f}, n {test['n']})"
+    return {"text": f"{d:+.4g}" if d else "±0", "cls": cls, "title": title}
 
 
 # ---------------------------------------------------------------- failures
@@ -281,6 +323,7 @@ TEMPLATE = """<h2 id="summary">Summary</h2>
 <table class="headline"><tr><th>metric</th><th>value</th><th>95% interval</th><th>n</th>{% if prev %}<th>Δ previous</th>{% endif %}{% if base and base[1] %}<th>Δ baseline</th>{% endif %}</tr>
 {% for h in rows %}<tr class="hl"><th scope="row">{{ h.group }} · {{ h.name }}</th><td class="num big">{{ fmt(h.value) }}</td><td class="num">{% if h.ci %}[{{ "%.3f"|format(h.ci[0]) }}, {{ "%.3f"|format(h.ci[1]) }}]{% else %}<small>{{ h.why }}</small>{% endif %}</td><td class="num">{{ fmt(h.n) }}</td>{% if prev %}{% set d = h.d_prev %}<td class="num delta {{ d.cls }}" title="{{ d.title }}">{{ d.text }}</td>{% endif %}{% if base and base[1] %}{% set d = h.d_base %}<td class="num delta {{ d.cls }}" title="{{ d.title }}">{{ d.text }}</td>{% endif %}</tr>
 {% endfor %}</table>
+{% if prev or (base and base[1]) %}<p><small>A Δ is green or red only when a paired randomization test over the questions both runs answered is significant after Holm's adjustment over the metrics above; grey means no difference shown (hover a Δ for its p).</small></p>{% endif %}
 <p class="counts">{% if fails %}<a href="#failures">{{ fails|length }} failing question(s)</a>: {% for label, n in counts %}{{ n }} {{ label }}{% if not loop.last %} · {% endif %}{% endfor %}{% else %}No failing questions.{% endif %}{% if m.regression_failed %} · <b class="worse">{{ m.regression_failed }} regression case(s) below their floor</b>{% endif %}</p>
 """
 
@@ -288,14 +331,27 @@ _env = Environment(autoescape=True, keep_trailing_newline=True)
 _env.globals.update(fmt=fmt)
 
 
+def _other_questions(run_dir: Path, rid: str) -> list[dict] | None:
+    path = run_dir.parent / rid / "questions.jsonl"
+    try:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return None
+
+
 def summary_section(run_dir: Path, m: dict, questions: list[dict], fails: list[dict]) -> Markup:
     run_dir = Path(run_dir)
     metrics = m.get("metrics") or {}
     prev, base = previous_run(run_dir, m), baseline_run(run_dir, m)
     rows = headline(metrics, questions)
+    tests_prev = paired_holm(rows, questions, _other_questions(run_dir, prev[0]) if prev else None)
+    tests_base = paired_holm(rows, questions, _other_questions(run_dir, base[0]) if base and base[1] else None)
     for h in rows:
-        h["d_prev"] = delta(metrics, (prev[1].get("metrics") or {}) if prev else None, h["group"], h["name"])
-        h["d_base"] = delta(metrics, (base[1].get("metrics") or {}) if base and base[1] else None, h["group"], h["name"])
+        key = f"{h['group']}.{h['name']}"
+        h["d_prev"] = delta(metrics, (prev[1].get("metrics") or {}) if prev else None, h["group"], h["name"],
+                            tests_prev.get(key), tested=True)
+        h["d_base"] = delta(metrics, (base[1].get("metrics") or {}) if base and base[1] else None, h["group"],
+                            h["name"], tests_base.get(key), tested=True)
     def model(role):
         x = (m.get("models") or {}).get(role)
         return x.get("id", "—") if isinstance(x, dict) else (x or "—")
