@@ -169,8 +169,8 @@ INDEX_TEMPLATE = """<!DOCTYPE html>
 <h2>Paired tests against the baseline</h2>
 <p>Baseline: <b>{{ sig.baseline_label or "—" }}</b> (<code>{{ sig.baseline or "—" }}</code>). {{ sig.test }}. Per-question scores are in per_question.parquet.</p>
 {% for metric, rows_ in sig.metrics.items() %}<h3>{{ metric }}</h3>
-<table><tr><th>point</th><th>n</th><th>baseline</th><th>point</th><th>delta</th><th>win / tie / loss</th><th>p</th><th>p (Holm)</th><th></th></tr>
-{% for pid, s in rows_.items() %}<tr><td>{{ s.label }}</td><td class="num">{{ s.n }}</td><td class="num">{{ fmt(s.baseline_mean) }}</td><td class="num">{{ fmt(s.mean) }}</td><td class="num">{{ "%+.4f"|format(s.delta) }}</td><td>{{ s.win }} / {{ s.tie }} / {{ s.loss }}</td><td class="num">{{ fmt(s.p_value) }}</td><td class="num">{{ fmt(s.p_holm) }}</td><td>{% if s.significant %}<b>significant</b>{% endif %}</td></tr>
+<table><tr><th>point</th><th>n</th><th>baseline</th><th>point</th><th>delta</th><th>win / tie / loss</th><th>p</th><th>p (Holm)</th><th>verdict</th></tr>
+{% for pid, s in rows_.items() %}<tr><td>{{ s.label }}</td><td class="num">{{ s.n }}</td><td class="num">{{ fmt(s.baseline_mean) }}</td><td class="num">{{ fmt(s.mean) }}</td><td class="num">{{ "%+.4f"|format(s.delta) }}</td><td>{{ s.win }} / {{ s.tie }} / {{ s.loss }}</td><td class="num">{{ fmt(s.p_value) }}</td><td class="num">{{ fmt(s.p_holm) }}</td><td>{% if s.significant %}<b>significant</b>{% else %}no difference shown{% endif %}</td></tr>
 {% endfor %}</table>
 {% else %}<p>No per-question scores to test (or a single point).</p>{% endfor %}
 {% for metric, ex in (sig.excluded or {}).items() %}<p><b>{{ metric }}</b> not tested against {{ ex|map(attribute="point")|join(", ") }}: {{ ex[0].why }}.</p>
