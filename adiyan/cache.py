@@ -174,6 +174,12 @@ class CachedEmbedder:
     def prefix(self, kind: Kind | None) -> str:
         return self.inner.prefix(kind)
 
+    def input_window(self) -> int | None:
+        return getattr(self.inner, "input_window", lambda: None)()
+
+    def count_tokens(self, text: str) -> int | None:
+        return getattr(self.inner, "count_tokens", lambda t: None)(text)
+
     def describe(self) -> dict:
         return self.inner.describe()
 

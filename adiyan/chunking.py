@@ -247,18 +247,41 @@ def markdown_sections(text: str) -> list[Section]:
     return [s for s in sections if text[s.start:s.end].strip()]
 
 
-def _markdown_chunks(text: str, size: int, overlap: int) -> list[tuple[int, int, str]]:
+def _whole(text: str, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
+    """``text[lo:hi]`` as one stripped span (none when it is blank)."""
+    hi = len(text) if hi is None else hi
+    s, e = _strip_span(text, lo, hi)
+    return [(s, e)] if e > s else []
+
+
+def _markdown_chunks(text: str, size: int, overlap: int, fits=None) -> list[tuple[int, int, str]]:
+    """Heading sections, each split by size; with ``fits`` (chunking.keep_within_window), a section
+    that fits the embedder's window with its heading path stays one chunk."""
     out = []
     max_path = max(size // 4, 1)
     for sec in markdown_sections(text):
         path = sec.heading_path
         if len(path) > max_path:  # keep the most specific end of a very long path
             path = "…" + path[-(max_path - 1):]
+        if fits is not None and fits((f"{path}\n\n" if path else "") + text[sec.start:sec.end]):
+            out += [(s, e, path) for s, e in _whole(text, sec.start, sec.end)]
+            continue
         budget = size - (len(path) + 2 if path else 0)
         ov = min(overlap, budget // 2)
         for s, e in recursive_spans(text, budget, ov, sec.start, sec.end):
             out.append((s, e, path))
     return out
+
+
+def window_fit(embedder):
+    """``fits(text) -> bool``: the text, with the embedder's document prefix, is within the model's
+    input window counted by its own tokenizer; None when the embedder cannot say (then nothing is
+    kept whole on its account)."""
+    window = getattr(embedder, "input_window", lambda: None)() if embedder is not None else None
+    if not window or embedder.count_tokens("x") is None:
+        return None
+    prefix = embedder.prefix("document") or ""
+    return lambda t: len(t) <= window * 12 and embedder.count_tokens(prefix + t) <= window
 
 
 # ---------------------------------------------------------------------------- semantic
@@ -389,6 +412,10 @@ def chunk_text(text: str, cfg, *, embedder=None, authored_markdown: bool = True)
         note = FALLBACK_NOTE.replace("'recursive'", repr(strategy))
         log.info("chunking: %s", note)
     size, overlap = cfg.size, cfg.overlap
+    # chunking.keep_within_window: a document (or, for structural Markdown, a heading section) that fits
+    # the embedder's input window is not split by size: the model reads all of it either way
+    fits = window_fit(embedder) if getattr(cfg, "keep_within_window", False) and strategy in (
+        "markdown", "recursive", "fixed") else None
     if strategy.startswith(chunking_llamaindex.PREFIX):  # node text as LlamaIndex made it; sizes in tokens = chars // 4
         return [Chunk(i, body, s, e, "", strategy, note) for i, (s, e, body) in
                 enumerate(chunking_llamaindex.llamaindex_spans(text, strategy, size, overlap, embedder=embedder))]
@@ -397,7 +424,9 @@ def chunk_text(text: str, cfg, *, embedder=None, authored_markdown: bool = True)
                                                        threshold=cfg.semantic_threshold)]
     elif strategy == "markdown":
         _check(size, overlap)
-        spans = _markdown_chunks(text, size, overlap)
+        spans = _markdown_chunks(text, size, overlap, fits)
+    elif fits is not None and fits(text):
+        spans = [(s, e, "") for s, e in _whole(text)]
     elif strategy == "fixed":
         spans = [(s, e, "") for s, e in fixed_spans(text, size, overlap)]
     else:

@@ -138,6 +138,10 @@ class ChunkingConfig(_Section):
                       "llamaindex:markdown", "llamaindex:semantic"] = "auto"
     size: int = Field(800, ge=50)  # characters
     overlap: int = Field(100, ge=0)
+    # A document (for structural Markdown: a heading section, with its heading path) that fits the
+    # embedder's input window, counted by its own tokenizer, is one chunk instead of being split by size
+    # (markdown, recursive and fixed strategies; embedders that cannot count tokens are split as before).
+    keep_within_window: bool = False
     min_size: int = Field(200, ge=0)  # semantic chunker's minimum chunk size
     semantic_threshold: float = 0.5  # cut where consecutive-sentence similarity drops below
 

@@ -114,7 +114,12 @@ PRODUCT_VARIANTS = {
     "whole_documents": {"chunking.strategy": "recursive", "chunking.size": 12000, "chunking.overlap": 0},
     # the shipped default chunking (800 characters, 100 overlap): a document ranks by its best chunk
     "default_chunking": {},
+    # issue 41.8: an abstract that fits the embedder's window (MiniLM: 256 word pieces, with its title) is
+    # one chunk, a longer one is split as by default
+    "within_window": {"chunking.keep_within_window": True},
 }
+# The chunking rows compared per query, paired (baseline first): issue 41.8's before / after
+CHUNKING_PAIRS = (("whole_documents", "default_chunking"), ("default_chunking", "within_window"))
 
 
 # Configurations tuned on SciFact train (benchmarks/scifact_tuning.py, issue 16), run on the
@@ -290,6 +295,16 @@ def run_scifact(data: str | os.PathLike | None = None, out: str | os.PathLike | 
                 methods[name] = {mm: {"measured": round(m[mm], 4), "published": PUBLISHED.get(ref_name, {}).get(mm),
                                       "delta": None if PUBLISHED.get(ref_name, {}).get(mm) is None
                                       else round(m[mm] - PUBLISHED[ref_name][mm], 4)} for mm in METRICS}
+
+        # The default chunking against one chunk per abstract, both through the product path (issue 41.8):
+        # per mode, a paired randomization test over the 300 queries, whole documents the baseline.
+        for base, other in CHUNKING_PAIRS:
+            if {base, other} <= set(variants):
+                product_report.setdefault("chunking_paired", {})[f"{other}_vs_{base}"] = {
+                    mode: compare_runs(ds.qrels, {base: runs[f"product_{mode}_{base}"],
+                                                  other: runs[f"product_{mode}_{other}"]}, METRICS,
+                                       baseline=base, stat_test="fisher", n_permutations=10_000, seed=seed)
+                    for mode in PRODUCT_MODES}
 
     # HNSW recall vs exact, on the MiniLM SciFact vectors ---------------------------------------------
     hnsw_report = None

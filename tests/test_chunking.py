@@ -349,3 +349,34 @@ def test_the_default_splits_authored_markdown_on_headings_and_converted_text_by_
     assert [c.text for c in converted] == [c.text for c in chunk_text(FIVE_SECTIONS_MD, cfg(strategy="recursive"))]
     assert all(c.strategy == "recursive" and c.note == "" for c in converted)
     assert effective_strategy(auto, True) == "markdown" and effective_strategy(auto, False) == "recursive"
+
+
+def test_keep_within_window_keeps_what_the_embedder_reads_whole(minilm):
+    """chunking.keep_within_window (issue 41.8): a section of 858 characters that MiniLM reads whole
+    (237 of its 256 word pieces, counted by its own tokenizer) is one chunk; without the setting the
+    800-character split cuts it in two. A longer section is split as before, and an embedder that
+    cannot count tokens (None) changes nothing."""
+    section = "The cat sat on the mat and the dog ran. " * 21
+    text = "# Title of paper\n\n" + section
+    assert minilm.count_tokens("Title of paper\n\n" + section.strip()) <= 256 < minilm.count_tokens(text + section)
+    split = chunk_text(text, ChunkingConfig(), embedder=minilm)
+    kept = chunk_text(text, ChunkingConfig(keep_within_window=True), embedder=minilm)
+    assert len(split) == 2 and len(kept) == 1
+    assert kept[0].text == "Title of paper\n\n" + section.strip() and kept[0].heading_path == "Title of paper"
+    longer = "# Title of paper\n\n" + section * 2
+    assert [c.text for c in chunk_text(longer, ChunkingConfig(keep_within_window=True), embedder=minilm)] == \
+           [c.text for c in chunk_text(longer, ChunkingConfig(), embedder=minilm)]
+    plain = section.strip()  # converted text, no headings: the recursive path
+    assert len(chunk_text(plain, ChunkingConfig(keep_within_window=True), embedder=minilm,
+                          authored_markdown=False)) == 1
+
+    class _NoTokenizer:  # a stand-in for a server embedder that cannot count tokens (control flow only)
+        def input_window(self):
+            return None
+
+        def count_tokens(self, text):
+            return None
+
+        def prefix(self, kind):
+            return ""
+    assert len(chunk_text(text, ChunkingConfig(keep_within_window=True), embedder=_NoTokenizer())) == 2
