@@ -205,7 +205,8 @@ def run_scifact(data: str | os.PathLike | None = None, out: str | os.PathLike | 
     from adiyan.config import load_settings
     from adiyan.eval.beir import load_beir, resolve_beir
     from adiyan.eval.beir_runs import reference_runs
-    from adiyan.eval.ir_metrics import backend, compare_runs, evaluate_run
+    from adiyan.eval.ir_metrics import backend, compare_runs, evaluate_run, holm
+    from adiyan.eval.noninferiority import runs_non_inferiority
     from adiyan.models import embedder_from_settings
     from adiyan.retrieval import BiEncoderReranker, rrf
     from adiyan.retrieval import rerank as rerank_run
@@ -300,11 +301,18 @@ def run_scifact(data: str | os.PathLike | None = None, out: str | os.PathLike | 
         # per mode, a paired randomization test over the 300 queries, whole documents the baseline.
         for base, other in CHUNKING_PAIRS:
             if {base, other} <= set(variants):
-                product_report.setdefault("chunking_paired", {})[f"{other}_vs_{base}"] = {
-                    mode: compare_runs(ds.qrels, {base: runs[f"product_{mode}_{base}"],
-                                                  other: runs[f"product_{mode}_{other}"]}, METRICS,
-                                       baseline=base, stat_test="fisher", n_permutations=10_000, seed=seed)
-                    for mode in PRODUCT_MODES}
+                pair = {mode: compare_runs(ds.qrels, {base: runs[f"product_{mode}_{base}"],
+                                                      other: runs[f"product_{mode}_{other}"]}, METRICS,
+                                           baseline=base, stat_test="fisher", n_permutations=10_000, seed=seed)
+                        for mode in PRODUCT_MODES}
+                # Holm over the three modes' nDCG@10 tests; and "not worse" by its own test (margin 0.01)
+                adjusted = holm({mode: c["vs_baseline"][other]["ndcg@10"]["p_value"] for mode, c in pair.items()})
+                for mode, c in pair.items():
+                    c["ndcg@10_p_holm_over_modes"] = adjusted[mode]
+                    c["non_inferiority_ndcg@10"] = runs_non_inferiority(
+                        ds.qrels, {base: runs[f"product_{mode}_{base}"], other: runs[f"product_{mode}_{other}"]},
+                        base, "ndcg@10")[other]
+                product_report.setdefault("chunking_paired", {})[f"{other}_vs_{base}"] = pair
 
     # HNSW recall vs exact, on the MiniLM SciFact vectors ---------------------------------------------
     hnsw_report = None
