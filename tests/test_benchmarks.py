@@ -154,3 +154,22 @@ def test_ingest_has_a_parser_bound_ratio_beside_the_markdown_one():
          "documents": {"ratio_ingest_to_embed": 4.2, "ratio_parse_to_embed": 3.1}}
     head = run_all._headline("ingest", r)
     assert head["documents_ratio_ingest_to_embed"] == 4.2 and head["documents_ratio_parse_to_embed"] == 3.1
+
+
+def test_the_tour_benchmark_times_the_readmes_own_commands(tmp_path):
+    """benchmarks/tour.py reads steps 1-5 of README's tour, not a copy: the first command is the main
+    job, the comparison's placeholders are there to be filled, step 6 (the user's own documents) is
+    not part of the five minutes, and a README without the section is refused by name."""
+    import tour
+
+    cmds = tour.tour_commands()
+    assert cmds[0] == (1, ".venv/bin/invoke eval")
+    assert {s for s, _ in cmds} == {1, 3, 4, 5}  # step 2 (read the report) has no command
+    assert any("RUN_A RUN_B" in c for _, c in cmds) and not any("testset generate" in c for _, c in cmds)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for _, c in cmds[1:]:
+        assert c in readme
+    bad = tmp_path / "README.md"
+    bad.write_text("# nothing here\n## A five-minute tour\n\nno steps\n")
+    with pytest.raises(SystemExit, match="no tour step 1"):
+        tour.tour_commands(bad)
