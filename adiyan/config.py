@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, ClassVar, Literal, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -144,6 +144,15 @@ class ChunkingConfig(_Section):
     keep_within_window: bool = False
     min_size: int = Field(200, ge=0)  # semantic chunker's minimum chunk size
     semantic_threshold: float = 0.5  # cut where consecutive-sentence similarity drops below
+
+    # Fields added after indexes were committed: at their default they leave a stored document's version,
+    # and so its point ids, as they were (a point id settles score ties in the engine: a new option left
+    # at its default must not reorder tied results in every index; the engine's tie order is an open defect).
+    ADDED_LATER: ClassVar[dict] = {"keep_within_window": False}
+
+    def version_json(self) -> str:
+        """The chunking as a stored document's version sees it (:attr:`ADDED_LATER` at default left out)."""
+        return self.model_dump_json(exclude={f for f, d in self.ADDED_LATER.items() if getattr(self, f) == d})
 
 
 class RetrievalConfig(_Section):

@@ -331,7 +331,7 @@ class KnowledgeBase(CorpusBm25Stats, SignalSearch):
 
     def _doc_version(self, data_sha: str, owner: str, visibility: str, authored_markdown: bool) -> str:
         """What a stored version depends on: the bytes, the OCR engine, the chunking, the model, who may read it."""
-        src = "\x00".join([data_sha, self.chunking.model_dump_json(), self.embedder.id, visibility,
+        src = "\x00".join([data_sha, self.chunking.version_json(), self.embedder.id, visibility,
                            owner, str(authored_markdown), self.ingest.ocr])
         return hashlib.sha256(src.encode("utf-8")).hexdigest()[:16]
 
