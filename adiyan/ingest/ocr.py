@@ -43,7 +43,7 @@ class _RapidOcr:
         # Detection on an image scaled so its longer side is 960 px: the default (shorter side scaled
         # *up* to 736 px) blew a 1400x260 slide picture up to 3963x736 and took 10x as long, and it
         # split lines; on a 144-dpi A4 page both settings recovered every word of the text layer.
-        self._engine = RapidOCR(params={"Global.log_level": "warning",
+        self._engine = RapidOCR(params={"Global.log_level": "error",  # an empty image is named by the parser (empty_image)
                                         "Det.limit_type": "max", "Det.limit_side_len": 960})
         # RapidOCR loads its models on first use: read a specimen now, so a broken install counts
         # as "unavailable" (and tesseract is tried) instead of failing halfway through a document.
