@@ -639,3 +639,30 @@ def test_the_estimate_reads_the_output_folders_state(tmp_path):
     e = S.estimate(spec, out)
     assert (e["points"], e["done"], e["left"]) == (3, 1, 2)
     assert e["seconds_left"] == pytest.approx(16.9 + 16.9)  # stale point: its own; never run: median of [1.8, 16.9]
+
+
+def test_a_sweeps_folder_follows_paths_reports_dir_and_ignores_per_point_templates(monkeypatch, tmp_path):
+    """sweeps/eval.yaml sets paths.reports_dir to "{output_dir}/run", a template filled per point: the
+    sweep's own folder must not be ./{output_dir}/run/sweeps/eval but the reports folder's sweeps/eval;
+    a reports folder set by the environment moves it."""
+    spec = S.load_spec("eval", ROOT / "sweeps")
+    assert "{output_dir}" in spec.overrides["paths.reports_dir"]
+    monkeypatch.delenv("ADIYAN_PATHS__REPORTS_DIR", raising=False)
+    assert S.default_out_dir(spec.name, spec.overrides) == Path("reports") / "sweeps" / "eval"
+    monkeypatch.setenv("ADIYAN_PATHS__REPORTS_DIR", str(tmp_path / "r"))
+    assert S.default_out_dir("topk", {}) == tmp_path / "r" / "sweeps" / "topk"
+
+
+def test_a_lower_is_better_score_is_crowned_when_it_drops_significantly(tmp_path):
+    """A per-question score where lower is better: x=2 lowers it on 30 of 40 questions (significant
+    after Holm) and is crowned; x=3 raises it and is not (the direction decides which way wins)."""
+    M.register(M.Metric("errors_for_test", "sweep", M.LOWER, 0.0, 1.0))
+    spec = _tiny_spec(tmp_path, {"x": [1, 2, 3]}, baseline={"x": 1}, paired=["errors_for_test"])
+    errs = {1: [1.0] * 30 + [0.0] * 10, 2: [0.0] * 40, 3: [1.0] * 40}
+    data = {x: {"point": C.PointResult({"errors_for_test": sum(e) / 40},
+                                       per_question=[{"qid": f"q{i}", "errors_for_test": v} for i, v in enumerate(e)])}
+            for x, e in errs.items()}
+    points, out = _finished_sweep(tmp_path, spec, data)
+    g = G.gather(spec, points, out)
+    best = G.best_points(g, ["errors_for_test"], G.significance(spec, points, g))["errors_for_test"]
+    assert best["value"] == 0.0 and best["verdict"] == "significant" and best["crowned"] == [points[1].id]

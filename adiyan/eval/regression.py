@@ -97,3 +97,15 @@ def mark_not_replayed(results: list[RegressionResult], why: str) -> list[Regress
                 res.status == NA and res.reason == "the run has no incidents metrics")):
             res.status, res.reason = NA, why
     return results
+
+
+def not_applicable_lines(m: dict) -> list[str]:
+    """One line per kind of check that did not apply to the run (metrics.json ``not_applicable``)."""
+    na = m.get("not_applicable") or []
+    inc = [x for x in na if x["what"] == "the five incidents"]
+    cases = [x for x in na if x["what"] != "the five incidents"]
+    lines = [f"  does not apply: the five incidents ({x['why']})" for x in inc]
+    if cases:
+        lines.append(f"  does not apply: {len(cases)} regression case(s): " + "; ".join(
+            f"{x['what'].removeprefix('regression case ')} ({x['why']})" for x in cases))
+    return lines

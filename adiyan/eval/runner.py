@@ -42,7 +42,7 @@ from .ir_metrics import backend as ir_backend
 from .floors import floor_effect
 from .reliability import group_line, judged_group, warning_lines, warnings_for
 from .record import RunRecord
-from .regression import check, mark_not_replayed, not_applicable, regression_group
+from .regression import check, mark_not_replayed, not_applicable, not_applicable_lines, regression_group
 from .scorers import ANSWER, CLAIMS, RETRIEVAL_SCORERS, STRINGS, score
 from .scorers import judged as judged_scores
 from . import repeats as repeats_mod
@@ -207,18 +207,6 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
     if failures:
         raise RegressionFailed(run_dir, failures)
     return run_dir
-
-
-def not_applicable_lines(m: dict) -> list[str]:
-    """One line per kind of check that did not apply to the run (metrics.json ``not_applicable``)."""
-    na = m.get("not_applicable") or []
-    inc = [x for x in na if x["what"] == "the five incidents"]
-    cases = [x for x in na if x["what"] != "the five incidents"]
-    lines = [f"  does not apply: the five incidents ({x['why']})" for x in inc]
-    if cases:
-        lines.append(f"  does not apply: {len(cases)} regression case(s): " + "; ".join(
-            f"{x['what'].removeprefix('regression case ')} ({x['why']})" for x in cases))
-    return lines
 
 
 def summary_lines(run_dir: Path) -> list[str]:

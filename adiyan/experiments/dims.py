@@ -37,6 +37,12 @@ class TruncatedEmbedder:
     def prefix(self, kind):
         return self.base.prefix(kind)
 
+    def input_window(self):  # the same model reads the same tokens at every width (chunking.keep_within_window)
+        return getattr(self.base, "input_window", lambda: None)()
+
+    def count_tokens(self, text):
+        return getattr(self.base, "count_tokens", lambda t: None)(text)
+
     def describe(self) -> dict:
         return {**self.base.describe(), "id": self.id, "dim": self.dim, "truncated_from": self.base.dim}
 

@@ -96,15 +96,22 @@ def _by_id(questions, key, keep) -> dict[str, float]:
     return {str(q.get("id")): float(v) for q in questions if keep(q) and (v := q.get(key)) is not None}
 
 
-def _values_by_id(group: str, name: str, questions: list[dict]) -> dict[str, float] | None:
-    """{question id: value} whose mean is ``group.name``, or None when the rows do not hold them."""
+def _has_row_values(name: str, questions: list[dict]) -> bool:
+    return any(name in (q.get("retrieval") or {}) for q in questions)
+
+
+def _values_by_id(group: str, name: str, questions: list[dict], *, row_values: bool | None = None
+                  ) -> dict[str, float] | None:
+    """{question id: value} whose mean is ``group.name``, or None when the rows do not hold them.
+    nDCG / Recall at IR_DEPTH come from the scorer's own per-row values when the rows have them
+    (``row_values`` forces one source: a paired test reads both runs the same way)."""
     answerable = lambda q: q.get("hit") is not None
     if group == "retrieval" and name.startswith("hit_rate@"):
         return _by_id(questions, "hit", answerable)
     if group == "retrieval" and name.startswith("mrr@") and name != f"mrr@{IR_DEPTH}":
         return _by_id(questions, "reciprocal_rank", answerable)
     if group == "retrieval" and name in (f"ndcg@{IR_DEPTH}", f"recall@{IR_DEPTH}"):
-        if any(name in (q.get("retrieval") or {}) for q in questions):  # the scorer's own per-question values
+        if _has_row_values(name, questions) if row_values is None else row_values:  # the scorer's own values
             return {str(q.get("id")): float(v) for q in questions
                     if (v := (q.get("retrieval") or {}).get(name)) is not None}
         f = ndcg_at if name.startswith("ndcg") else recall_at  # a run written before rows carried them
@@ -130,9 +137,13 @@ def paired_holm(rows: list[dict], questions: list[dict], other_questions: list[d
     tested: ``{key: {"n", "p", "p_holm"}}``. A metric without per-question values in both runs has none."""
     if not other_questions:
         return {}
-    raw: dict[str, tuple[int, float]] = {}
+    raw: dict[str, tuple[int, float, float]] = {}
     for h in rows:
-        mine, theirs = (_values_by_id(h["group"], h["name"], qs) for qs in (questions, other_questions))
+        if not h.get("ci"):  # only a figure its own rows reproduce is tested
+            continue
+        both = _has_row_values(h["name"], questions) and _has_row_values(h["name"], other_questions)
+        mine, theirs = (_values_by_id(h["group"], h["name"], qs, row_values=both)
+                        for qs in (questions, other_questions))
         if not mine or not theirs:
             continue
         shared = sorted(set(mine) & set(theirs))
@@ -140,10 +151,10 @@ def paired_holm(rows: list[dict], questions: list[dict], other_questions: list[d
             continue
         a = np.array([theirs[i] for i in shared])
         b = np.array([mine[i] for i in shared])
-        raw[f"{h['group']}.{h['name']}"] = (len(shared), 1.0 if np.array_equal(a, b) else
+        raw[f"{h['group']}.{h['name']}"] = (len(shared), float((b - a).mean()), 1.0 if np.array_equal(a, b) else
                                             fisher_randomization_p(a, b, 10_000, 42))
-    adjusted = holm({k: p for k, (_, p) in raw.items()})
-    return {k: {"n": n, "p": p, "p_holm": adjusted[k]} for k, (n, p) in raw.items()}
+    adjusted = holm({k: p for k, (_, _, p) in raw.items()})
+    return {k: {"n": n, "paired_delta": d, "p": p, "p_holm": adjusted[k]} for k, (n, d, p) in raw.items()}
 
 
 def bootstrap_ci(values: list[float], n: int = BOOTSTRAP, seed: int = 0) -> tuple[float, float]:
@@ -247,6 +258,9 @@ def _unreliable(groups: dict, group: str, name: str) -> bool:
     return judged and num((groups.get("ragas_llm") or {}).get("judge_reliable")) != 1.0
 
 
+MUST_BE_ZERO = ("private_chunks_leaked", "probes_leaked")  # counts: any change is coloured, no test needed
+
+
 def delta(metrics: dict, other: dict | None, group: str, name: str, test: dict | None = None,
           tested: bool = False) -> dict | None:
     """{text, cls, title} of this run's value minus the other's, judged by the registry's direction and
@@ -270,10 +284,10 @@ def delta(metrics: dict, other: dict | None, group: str, name: str, test: dict |
     else:
         cls = "better" if (d > 0) == (direction == M.HIGHER) else "worse"
     title = f"{fmt(raw_b)} → {fmt(raw_a)}"
-    if tested and cls in ("better", "worse") and group != "privacy":  # a leak is a count that must be 0, not a sample
+    if tested and cls in ("better", "worse") and name not in MUST_BE_ZERO:  # a leak is a count, not a sample
         if test is None:
             cls, title = "neutral", title + ": no paired test (no per-question values in both runs)"
-        elif test["p_holm"] >= 0.05:
+        elif test["p_holm"] >= 0.05 or (test["paired_delta"] > 0) != (d > 0):
             cls, title = "neutral", title + f": no difference shown (paired test, Holm p {test['p_holm']:.3f})"
         else:
             title += f" (paired test, Holm p {test['p_holm']:.3f}, n {test['n']})"

@@ -48,10 +48,10 @@ re-exported here: the name is the submodule's.)
 
 from .gather import Gathered, best_points, pareto_front, read_point, significance
 from .run import SweepResult, run_sweep, write_outputs
-from .spec import (FAILED, MARKER, Point, SweepError, SweepSpec, baseline_point, estimate, expand, expand_grid,
-                   is_complete, load_spec, mark_complete, point_fingerprint, point_id)
+from .spec import (FAILED, MARKER, Point, SweepError, SweepSpec, baseline_point, default_out_dir, estimate, expand,
+                   expand_grid, is_complete, load_spec, mark_complete, point_fingerprint, point_id)
 
 __all__ = ["FAILED", "MARKER", "Gathered", "Point", "SweepError", "SweepResult", "SweepSpec", "baseline_point",
-           "best_points", "estimate", "expand", "expand_grid", "is_complete", "load_spec", "mark_complete",
+           "best_points", "default_out_dir", "estimate", "expand", "expand_grid", "is_complete", "load_spec", "mark_complete",
            "pareto_front", "point_fingerprint", "point_id", "read_point", "run_sweep", "significance",
            "write_outputs"]

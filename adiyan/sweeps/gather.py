@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -268,7 +269,14 @@ def is_num(v) -> bool:
 
 TIMING_SUFFIXES = ("_ms", "_s")
 # a run column whose per-question score has another name in per_question.parquet
-PER_QUESTION_OF = {"retrieval.hit_rate@k": "hit", "retrieval.mrr@k": "reciprocal_rank"}
+PER_QUESTION_OF = ((re.compile(r"^retrieval\.hit_rate@(\d+|k)$"), "hit"),
+                   (re.compile(r"^retrieval\.mrr@(\d+|k)$"), "reciprocal_rank"),
+                   (re.compile(r"^answer\.keyword_recall$"), "keyword_hit"))
+
+
+def per_question_name(metric: str) -> str | None:
+    """The per-question score a run column is the mean of, when it is named otherwise."""
+    return next((name for pattern, name in PER_QUESTION_OF if pattern.match(metric)), None)
 
 
 def is_timing(metric: str) -> bool:
@@ -281,7 +289,7 @@ def _verdict(m: str, direction: str, winners: list[str], sig: dict) -> tuple[str
     """("significant" | "no difference" | "untested" | "timing", the points crowned, a note)."""
     if is_timing(m):
         return "timing", [], "a timing measured once per point (no repeats): not ranked"
-    rows = (sig.get("metrics") or {}).get(m) or (sig.get("metrics") or {}).get(PER_QUESTION_OF.get(m, ""))
+    rows = (sig.get("metrics") or {}).get(m) or (sig.get("metrics") or {}).get(per_question_name(m) or "")
     if not rows:
         return "untested", [], "no per-question scores to test: not ranked"
     better = (lambda r: r["delta"] < 0) if direction == M.LOWER else (lambda r: r["delta"] > 0)

@@ -30,7 +30,9 @@ OUT_ROOT = Path("reports") / "sweeps"  # under the default paths.reports_dir; se
 def default_out_dir(name: str, overrides: Mapping[str, Any] | None = None) -> Path:
     """Where sweep NAME writes when no ``--out-dir`` is given: ``<paths.reports_dir>/sweeps/NAME``, the
     reports folder every other entry point honours (config file, ``ADIYAN_PATHS__REPORTS_DIR``, ``--set``)."""
-    return Path(load_settings(overrides=dict(overrides or {})).paths.reports_dir) / "sweeps" / name
+    # a per-point template ("{output_dir}/run") is filled point by point, never a sweep's own folder
+    fixed = {k: v for k, v in dict(overrides or {}).items() if not (isinstance(v, str) and "{output_dir}" in v)}
+    return Path(load_settings(overrides=fixed).paths.reports_dir) / "sweeps" / name
 ENGINES = ("persistent", "papermill")
 EXECUTORS = ("local", "ray")  # where points run: this machine's kernels, or Ray tasks (adiyan.sweeps.ray_engine)
 MARKER = "COMPLETE.json"

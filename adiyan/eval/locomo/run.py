@@ -31,6 +31,7 @@ from ...retrieval.pipeline import UnsupportedSetting
 from ... import metrics as M
 from ..ragas_metrics import score_non_llm, summarize
 from ..record import RunRecord
+from ..regression import not_applicable_lines
 from ..reliability import warning
 from ..harness import refuse_repeats
 from . import paths as P
@@ -327,5 +328,6 @@ def summary_lines(run_dir: Path) -> list[str]:
                  f"{tm.get('kb_build_s', 0):.1f}s, memory {tm.get('memory_s', 0):.1f}s, kb {tm.get('kb_s', 0):.1f}s); "
                  f"mem0 searches {m['locomo_info'].get('mem0_searches')}; embedding cache {m['cache']['hits']} hits / "
                  f"{m['cache']['misses']} misses")
+    lines += not_applicable_lines(m)
     lines.append(f"  report: {Path(run_dir) / 'report.html'}")
     return lines
