@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MODEL_DIR, ROOT
-from tests.test_report_browser import CHROMIUM, _shot, sync_playwright
+from tests.test_report_browser import _shot, browser  # noqa: F401 - the shared chromium fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -85,18 +85,6 @@ def tour(tmp_path_factory) -> dict:
     res = run_sweep(spec, out_dir=root / "sweeps" / "topk_tour", cwd=ROOT, progress=False)
     return {"report": b / "report.html", "index": root / "index.html", "compare": cmp_dir / "index.html",
             "sweep": res.index}
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if sync_playwright is None:
-        pytest.skip("playwright is not installed (requirements.txt pins it)")
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} not found: install Debian's chromium (apt-get install chromium; .ci/run does)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        yield b
-        b.close()
 
 
 def _open(browser, path: Path):

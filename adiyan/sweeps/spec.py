@@ -236,26 +236,22 @@ def estimate(spec: SweepSpec, out_dir: str | os.PathLike, cwd: str | os.PathLike
     nb = nb if nb.is_absolute() else Path(cwd or Path.cwd()) / nb
     code = notebook_code_hash(nb) if nb.is_file() else None
     points = expand(spec)
-    walls: dict[str, float] = {}
-    done = 0
+    recorded: dict[str, float] = {}  # point id -> the wall time its marker recorded (any fingerprint)
+    done: set[str] = set()  # finished with the current fingerprint: reused for free
     for p in points:
-        marker = Path(out_dir) / "points" / p.id / MARKER
         try:
-            m = json.loads(marker.read_text(encoding="utf-8"))
+            m = json.loads((Path(out_dir) / "points" / p.id / MARKER).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         if isinstance(m.get("wall_s"), (int, float)):
-            walls[p.id] = float(m["wall_s"])
+            recorded[p.id] = float(m["wall_s"])
         if code and m.get("fingerprint") == point_fingerprint(spec, p, code):
-            done += 1
-            walls.pop(p.id, None)  # reused: costs nothing
-            walls[p.id + "#done"] = float(m.get("wall_s") or 0.0)
-    measured = sorted(v for v in walls.values())
+            done.add(p.id)
+    measured = sorted(recorded.values())
     median = measured[len(measured) // 2] if measured else None
-    left = [p for p in points if not (code and is_complete(Path(out_dir) / "points" / p.id,
-                                                            point_fingerprint(spec, p, code)))]
-    secs = None if median is None else sum(walls.get(p.id, median) for p in left)
-    return {"points": len(points), "done": done, "left": len(left), "seconds_left": secs}
+    left = [p for p in points if p.id not in done]
+    secs = None if median is None else sum(recorded.get(p.id, median) for p in left)
+    return {"points": len(points), "done": len(done), "left": len(left), "seconds_left": secs}
 
 
 def mark_complete(point_dir: str | os.PathLike, fingerprint: str, **info) -> Path:
