@@ -64,6 +64,7 @@ from typing import Sequence
 import numpy as np
 
 from . import chunking_llamaindex
+from .config import ConfigError
 
 log = logging.getLogger("adiyan.chunking")
 
@@ -271,6 +272,22 @@ def _markdown_chunks(text: str, size: int, overlap: int, fits=None) -> list[tupl
         for s, e in recursive_spans(text, budget, ov, sec.start, sec.end):
             out.append((s, e, path))
     return out
+
+
+WINDOW_STRATEGIES = ("auto", "markdown", "recursive", "fixed")  # the ones keep_within_window acts on
+
+
+def refuse_inert_window(cfg, embedder) -> None:
+    """chunking.keep_within_window=true acts only with a strategy that splits by size and an embedder
+    that can count its tokens; anything else is refused by name rather than ignored."""
+    if not getattr(cfg, "keep_within_window", False):
+        return
+    if cfg.strategy not in WINDOW_STRATEGIES:
+        raise ConfigError(f"chunking.keep_within_window=true does nothing with chunking.strategy={cfg.strategy} "
+                          f"(it keeps whole what {', '.join(WINDOW_STRATEGIES)} would split by size)")
+    if window_fit(embedder) is None:
+        raise ConfigError(f"chunking.keep_within_window=true needs an embedder that counts its own tokens; "
+                          f"{getattr(embedder, 'id', embedder)} cannot say how many it reads (a model server)")
 
 
 def window_fit(embedder):

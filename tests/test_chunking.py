@@ -390,3 +390,24 @@ def test_an_option_added_later_leaves_stored_versions_as_they_were_at_its_defaul
     assert ChunkingConfig().version_json() == ('{"strategy":"auto","size":800,"overlap":100,"min_size":200,'
                                               '"semantic_threshold":0.5}')
     assert '"keep_within_window":true' in ChunkingConfig(keep_within_window=True).version_json()
+
+
+def test_keep_within_window_is_refused_by_name_where_it_cannot_act(minilm):
+    """With a strategy that does not split by size, or an embedder that cannot count its tokens (a model
+    server), the setting would do nothing: the knowledge base every entry point opens refuses it."""
+    from adiyan.chunking import refuse_inert_window
+    from adiyan.config import ConfigError
+
+    refuse_inert_window(ChunkingConfig(keep_within_window=True), minilm)  # acts: accepted
+    refuse_inert_window(ChunkingConfig(strategy="semantic"), object())  # off: nothing to check
+    with pytest.raises(ConfigError, match="keep_within_window=true does nothing with chunking.strategy=semantic"):
+        refuse_inert_window(ChunkingConfig(strategy="semantic", keep_within_window=True), minilm)
+
+    class _Server:  # a stand-in for a server embedder that cannot count tokens (control flow only)
+        id = "ollama:nomic"
+
+        def input_window(self):
+            return None
+
+    with pytest.raises(ConfigError, match="needs an embedder that counts its own tokens; ollama:nomic"):
+        refuse_inert_window(ChunkingConfig(keep_within_window=True), _Server())

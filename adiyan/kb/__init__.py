@@ -42,7 +42,7 @@ from typing import Callable
 from tqdm.auto import tqdm
 
 from ..cache import embedder_identity
-from ..chunking import chunk_stats, chunk_text
+from ..chunking import chunk_stats, chunk_text, refuse_inert_window
 from ..config import ChunkingConfig, IngestConfig
 from ..ingest.parse import ParseError, parse_cached
 from ..ingest.rawstore import DocumentRecord, RawStore
@@ -122,6 +122,7 @@ class KnowledgeBase(CorpusBm25Stats, SignalSearch):
         self.extra_embedders = dict(extra_embedders or {})
         self.title_field = bool(title_field)
         self.chunking = chunking
+        refuse_inert_window(chunking, embedder)  # every entry point opens its knowledge base here
         self.ingest = ingest
         self.collection = collection
         self.parse_cache = parse_cache  # a CallCache: parsed documents by (bytes, parser settings, parser code)
