@@ -146,8 +146,8 @@ class ChunkingConfig(_Section):
     semantic_threshold: float = 0.5  # cut where consecutive-sentence similarity drops below
 
     # Fields added after indexes were committed: at their default they leave a stored document's version,
-    # and so its point ids, as they were (a point id settles score ties in the engine: a new option left
-    # at its default must not reorder tied results in every index; the engine's tie order is an open defect).
+    # and so its point ids and cached embeddings, as they were (an index built before the option stays
+    # current; rankings no longer depend on point ids: the pipeline settles ties by chunk key).
     ADDED_LATER: ClassVar[dict] = {"keep_within_window": False}
 
     def version_json(self) -> str:
@@ -173,8 +173,8 @@ class RetrievalConfig(_Section):
     mode: Literal["dense", "bm25", "hybrid"] = "dense"
     rrf_k: int = Field(60, ge=1)
     hybrid_prefetch: int = Field(50, ge=1)  # candidates per side before fusion
-    # How hybrid fuses its dense and BM25 lists (adiyan/retrieval/fusion.py): rrf in the engine, or
-    # client-side over the two prefetch lists: dbsf (Qdrant's mean ± 3σ) or convex, fusion_weight ·
+    # How hybrid fuses its dense and BM25 lists, client-side over each signal's prefetch list, ties by
+    # chunk key (adiyan/retrieval/fusion.py): rrf (Σ 1/(rrf_k + rank)), dbsf (Qdrant's mean ± 3σ) or convex, fusion_weight ·
     # norm(dense) + (1 − fusion_weight) · norm(bm25) with fusion_norm minmax | z. prf_docs > 0: dense
     # pseudo-relevance feedback, q + prf_weight · mean(top prf_docs chunk vectors), then search again.
     # weighted: Σ w · norm(signal) over every signal, weights by name in fusion_weights: "dense" (the embedder),

@@ -9,11 +9,15 @@ and ``adiyan ask``, and the SciFact benchmark's product path. The steps, in orde
    history_rules | history_llm for entry points that pass a conversation's history and say so
    with ``supports_history=True``; every other entry point refuses them by name), see
    :mod:`adiyan.retrieval.transform`;
-2. **engine search** of each transformed query (``retrieval.mode``: dense | bm25 | hybrid,
-   fused inside Qdrant), always under the requester's access filter (``KnowledgeBase.search``);
-   several queries are fused by reciprocal rank (``retrieval.rrf_k``); hybrid may instead fuse
-   by score (``retrieval.fusion``: dbsf | convex) and dense may use pseudo-relevance feedback
-   (``retrieval.prf_docs``), both client-side over the engine's lists (fusion.py);
+2. **engine search** of each transformed query (``retrieval.mode``: dense | bm25 | hybrid),
+   always under the requester's access filter (``KnowledgeBase.search``). Hybrid asks the
+   engine for each signal's list (dense, BM25, any extra) and fuses them client-side
+   (fusion.py): by reciprocal rank (``retrieval.rrf_k``, the default) or by score
+   (``retrieval.fusion``: dbsf | convex | weighted), ties settled by chunk key, never by the
+   engine's point ids (which hash the chunking configuration: a new chunking option once moved
+   SciFact's hybrid nDCG@10 0.7121 -> 0.7184 through tie order alone). Several queries of one
+   question are fused by reciprocal rank too, and dense may use pseudo-relevance feedback
+   (``retrieval.prf_docs``);
 3. **score floor** on dense cosine scores (the embedder's floor; bm25 and hybrid scores are
    not similarities, so no floor applies to them and the result says so);
 4. **re-rank** (``retrieval.rerank``) the candidate pool by the ``retrieval.rerank_model``
@@ -99,7 +103,7 @@ ACTS_WHEN: dict[str, ActsWhen | str] = {
     "use_calibrated_floors": "dense chunk search and book-page search (dense in every mode)",
     "floor_min_j": "dense chunk search and book-page search (dense in every mode)",
     "mode": "every search",
-    # RRF fuses hybrid's two lists in the engine, and the several queries of a split question
+    # RRF fuses hybrid's lists (client-side), and the several queries of a split question
     "rrf_k": ActsWhen(lambda rc: (rc.mode == "hybrid" and rc.fusion == "rrf") or rc.query_transform == "split",
                       "retrieval.mode=hybrid and retrieval.fusion=rrf, or retrieval.query_transform=split",
                       ("mode", "fusion", "query_transform")),
@@ -372,8 +376,12 @@ class Retriever:
 
     def _first_stage(self, q: str, limit: int, scope: dict, vectors: dict | None = None,
                      sparse=None) -> list[RetrievedChunk]:
+        """One query's first ranking. Hybrid fetches every signal's prefetch list from the engine and
+        fuses them here (``_fuse_signals``), so that equal fused scores (frequent under RRF: rank r in
+        one list ties with rank r in the other) are ordered by chunk key in both engines, not by point
+        ids that change whenever the chunking configuration's hash does."""
         rc = self.config
-        if rc.mode == "hybrid" and rc.fusion != "rrf":  # score-aware fusion over every signal's prefetch list
+        if rc.mode == "hybrid":
             n = max(rc.hybrid_prefetch, limit)
             signals = self.kb.signals() if hasattr(self.kb, "signals") else ["dense", "bm25"]
             lists = {}
@@ -382,8 +390,7 @@ class Retriever:
                 lists[signal] = self.kb.search(q, n, mode=mode, signal=signal, query_vectors=vectors,
                                                sparse_query=sparse, **scope)
             return _fuse_signals(lists, rc, limit)
-        return self.kb.search(q, limit, mode=rc.mode, rrf_k=rc.rrf_k, prefetch=rc.hybrid_prefetch,
-                              query_vectors=vectors, sparse_query=sparse, **scope)
+        return self.kb.search(q, limit, mode=rc.mode, query_vectors=vectors, sparse_query=sparse, **scope)
 
     # -- the read paths that search (the other three are on the KnowledgeBase) ----------------
     def retrieve_knowledge_base(self, query: str, requester: Requester | str | None, *, top_k: int | None = None,
@@ -462,12 +469,16 @@ def _fuse(runs: list[list[RetrievedChunk]], rrf_k: int) -> list[RetrievedChunk]:
 
 def _fuse_signals(lists: dict[str, list[RetrievedChunk]], rc: RetrievalConfig, limit: int) -> list[RetrievedChunk]:
     """One query's lists by signal ({"dense": [...], "bm25": [...], ...}) fused by ``rc.fusion``
-    (dbsf | convex | weighted), cut to ``limit``."""
+    (rrf | dbsf | convex | weighted), cut to ``limit``. Every fusion orders equal scores by chunk key
+    (fusion.rank_order), and RRF ranks each list the same way, so the fused ranking depends on the
+    lists' scores alone."""
     by_key: dict[str, RetrievedChunk] = {}
     for hits in reversed(list(lists.values())):  # the first list's chunk object wins (dense first)
         by_key.update({c.key: c for c in hits})
     scores = {name: {c.key: c.score for c in hits} for name, hits in lists.items()}
-    if rc.fusion == "dbsf":
+    if rc.fusion == "rrf":
+        fused = rrf([{"q": s} for s in scores.values()], rc.rrf_k, top_k=limit).get("q", {})
+    elif rc.fusion == "dbsf":
         fused = dbsf(list(scores.values()), top_k=limit)
     elif rc.fusion == "convex":
         fused = convex(scores["dense"], scores["bm25"], rc.fusion_weight, norm=rc.fusion_norm, top_k=limit)
