@@ -38,7 +38,12 @@ def settings(make_settings):
 def test_permission_gap_holds_with_the_real_router(settings):
     r = I.permission_gap(settings, None)
     assert r.holds is True and r.variants_text == "3/3 variants"
+    # production refuses the before, so the verdict is a replica's, not "holds" (issue 44.7)
+    assert r.basis == "replica" and r.status == "demonstrated on a replica" and "Agent refuses" in r.basis_note
     d = r.details
+    assert [x["refused"] for x in d["production_refusals"]] == [True, True]
+    assert "default_tier_fallback" in d["production_refusals"][0]["error"]  # named, through load_settings
+    assert "general_reasoning" in d["production_refusals"][1]["error"]  # the tier table handed to the agent
     # permission_gap.yaml: 3 general messages; the seed's guest tier cannot run them
     assert d["gap_before"] == 3 and d["silent_before"] == 0 and d["gap_after"] == 0
     # 12 messages x 3 tiers; guest may not run document_request (3) nor memory_question (3)
@@ -54,10 +59,22 @@ def test_permission_gap_fails_when_a_refusal_is_swallowed(settings, monkeypatch)
     assert r.not_reproduced == 3  # and with nothing refused, the before shows no gap either
 
 
+def test_permission_gap_fails_when_production_accepts_the_seeds_configuration(settings, monkeypatch):
+    class Accepting:  # test double for control flow: an Agent that takes any configuration
+        def __init__(self, *a, **k):
+            pass
+
+    monkeypatch.setattr(incident5, "Agent", Accepting)
+    r = I.permission_gap(settings, None)
+    assert r.holds is False and r.status == "FAILS" and r.violated == 2
+    assert [x["refused"] for x in r.details["production_refusals"]] == [False, False]
+
+
 def test_permission_gap_before_fails_if_the_setting_is_ignored(settings, monkeypatch):
     monkeypatch.setattr(incident5, "tier_table", lambda default_tier_fallback=True: dict(TIERS))
     r = I.permission_gap(settings, None)
-    assert r.holds is False and r.variants_text == "0/3 variants, 3 not reproduced"
+    # the router's before shows no gap, and the "seed's" table handed to the agent is the full one: accepted
+    assert r.holds is False and r.variants_text == "0/4 variants, 3 not reproduced, 1 violated"
 
 
 # -- 2. unscoped search (the KB search with the access filter off) --------------------------------
@@ -66,6 +83,7 @@ def test_permission_gap_before_fails_if_the_setting_is_ignored(settings, monkeyp
 def test_unscoped_search_holds(settings, minilm):
     r = I.unscoped_search(settings, minilm)
     assert r.holds is True and r.variants_text == "3/3 variants"
+    assert r.basis == "replica" and r.status == "demonstrated on a replica"  # production refuses the before
     d = r.details
     # with the filter off only the two search paths without a per-document check leak: 3 probes each
     assert d["before_leaking_paths"] == ["retrieve_knowledge_base", "find_source_document"]
@@ -207,6 +225,29 @@ def test_stale_fact_holds(settings, minilm):
                                                   abs=1e-4)
     assert not [k for k in r.details if k.startswith("project_")]  # no other model's figure written as this run's
     assert r.details["seed_constants"]["cos_teal_not_teal"] == 0.86 and "constant" in r.details["seed_constants"]["source"]
+    assert r.basis == "production configuration" and r.status == "holds"
+    # issue 44.7: the margin and break-even gap come from the similarities measured, not from the dates
+    col = rows["colour"]
+    ratio = 2 ** (29 / 14)
+    assert col["margin"] == pytest.approx(col["correction_similarity"] * ratio - col["stale_similarity"], abs=1e-3)
+    assert col["break_even_gap_days"] == pytest.approx(
+        14 * np.log2(col["stale_similarity"] / col["correction_similarity"]), abs=1e-2)
+    assert r.metrics["margin_min"] == min(v["margin"] for v in rows.values())
+    grid = r.details["gap_grid_days"]
+    assert grid["29"] == 7 and grid["0.5"] < 7  # a half-day gap is too short for some variants here
+    # each grid cell agrees with the break-even gaps: the correction is first exactly where gap > g*
+    for gap, first in grid.items():
+        assert first == sum(float(gap) > v["break_even_gap_days"] for v in rows.values()), gap
+
+
+def test_stale_fact_margin_by_hand():
+    """The seed's pair, 0.781 (stale) vs 0.725 (correction), 14-day half-life: the correction wins once it
+    is 14 * log2(0.781 / 0.725) = 1.503 days newer; at a 29-day gap the stale text lacks
+    0.725 * 2 ** (29 / 14) - 0.781 = 2.2662 similarity."""
+    m = I.stale.margins(0.781, 0.725, 29, 14)
+    assert m["break_even_gap_days"] == pytest.approx(1.503, abs=1e-3) and m["margin"] == pytest.approx(2.2662, abs=1e-4)
+    assert I.stale.gap_grid([(0.781, 0.725)], 14, gaps=(1, 1.4, 1.6, 2)) == {"1": 0, "1.4": 0, "1.6": 1, "2": 1}
+    assert I.stale.margins(0.70, 0.72, 29, 14)["break_even_gap_days"] == 0.0  # the correction is closer already
 
 
 @pytest.mark.slow
@@ -234,7 +275,8 @@ def test_verdict_table_and_metrics():
     assert [r.variants_text for r in results] == ["6/6 variants, 1 n/a", "2/3 variants, 1 violated", "n/a (7 variants)",
                                                   "3/7 variants, 4 not reproduced"]
     line, status = summary(results)
-    assert status == 1 and "2/4 principles hold, 1 FAIL (unscoped search), 1 n/a (stale fact)" in line
+    assert status == 1 and ("2/4 principles hold in the production configuration, 1 FAIL (unscoped search), "
+                            "1 n/a (stale fact)") in line
     assert "1 6/6 variants" in line
     m = incident_metrics(results)
     assert m["principles_holding_share"] == pytest.approx(2 / 3)  # n/a is left out, not counted as held
@@ -242,6 +284,12 @@ def test_verdict_table_and_metrics():
     assert "3_stale_fact_holds" not in m and "3_stale_fact_variants_held" not in m
     assert "6/6 variants" in format_table(results) and "FAILS" in format_table(results)
     assert summary(results[:1])[1] == 0 and summary([results[0], results[2]])[1] == 0  # n/a does not fail
+    replica = _result(5, True, variants_held=3, variants=3)
+    replica.basis = "replica"
+    line, status = summary([results[0], replica])
+    assert status == 0 and line.startswith("1/2 principles hold in the production configuration, 1 demonstrated "
+                                           "on a replica of a before production refuses to run (permission gap)")
+    assert "demonstrated on a replica" in format_table([replica]) and "holds" not in format_table([replica])
 
 
 # -- whole replays ------------------------------------------------------------------------------

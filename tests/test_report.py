@@ -182,3 +182,28 @@ def test_output_is_byte_identical(reports):
     repo_root = Path(__file__).resolve().parents[1]  # works before `pip install -e .` too
     subprocess.run([sys.executable, "-c", code, str(run), str(reports)], check=True, cwd=repo_root)
     assert ((run / "report.html").read_bytes(), (reports / "index.html").read_bytes()) == first
+
+
+def test_incidents_table_names_each_verdicts_basis(tmp_path):
+    """A run that replayed the incidents shows them with their basis (issue 44.7): the incidents.json
+    records below are as_dict() of real IncidentResults (a production-configuration one and a replica)."""
+    from adiyan.eval.incidents import IncidentResult, as_dict
+
+    d = tmp_path / "20261207-120000-abcdef"
+    _write_run(d, _metrics("20261207-120000-abcdef", "2026-12-07T12:00:00+00:00", 0.9, 0.8))
+    stale = IncidentResult(3, "stale fact", "", "break-even gap 0.23-4.10 d", "minilm", True, "", variants_held=7,
+                           variants=7)
+    gap = IncidentResult(5, "permission gap", "", "3/3 gap", "router", True, "", variants_held=3, variants=3,
+                         basis="replica", basis_note="the Agent refuses agent.default_tier_fallback=false")
+    (d / "incidents.json").write_text(json.dumps([as_dict(stale), as_dict(gap)]), encoding="utf-8")
+    html = write_run_report(d).read_text(encoding="utf-8")
+    section = html[html.index('id="incidents"'):html.index("<h2>Metrics</h2>")]
+    row3 = section[section.index('id="incident-3"'):section.index('id="incident-5"')]
+    row5 = section[section.index('id="incident-5"'):]
+    assert "<td>holds</td>" in row3 and "production configuration" in row3 and "replica" not in row3
+    assert "<td>demonstrated on a replica</td>" in row5 and "<td>holds</td>" not in row5
+    assert "the Agent refuses" in row5
+    # a run without incidents.json has no such section
+    d2 = tmp_path / "20261207-120001-abcdef"
+    _write_run(d2, _metrics("20261207-120001-abcdef", "2026-12-07T12:00:01+00:00", 0.9, 0.8))
+    assert 'id="incidents"' not in write_run_report(d2).read_text(encoding="utf-8")

@@ -24,7 +24,7 @@ from .compaction import _FIGURE, _content_words, _short, compact
 from .parsing import ParsedAction, action_schema, parse_action, parse_structured_action
 from .policy import (
     DEFAULT_TIER, GENERAL_REASONING, KB_READ, KB_READ_FULL_TEXT, MEMORY_READ, TIERS, AuthorizationError, Requester,
-    Tier, authorize, get_tier,
+    Tier, authorize, check_tiers, get_tier,
 )
 from .routing import classify_request, route_request
 from .scratchpad import Finding, Scratchpad
@@ -73,6 +73,7 @@ class Agent:
             raise UnsupportedSetting("agent.default_tier_fallback=false", "the agent",
                                      "the default tier must keep the general fallback (check_tiers); the setting "
                                      "exists only for the permission-gap incident replay's router")
+        check_tiers(tiers, DEFAULT_TIER)  # a tier table handed in is held to the same rule as the shipped one
         self.llm = llm
         self.kb = kb
         self.memory = memory

@@ -26,14 +26,18 @@ def incident_narrative(result: PointResult) -> str:
     """The incident replays of :func:`evaluate_incidents` told in Markdown: what happened to the
     seed, what the before and the after run, what the replay measured and with which model, the
     variants held, and whether the principle holds."""
-    verdicts = {"holds": "the principle holds", "FAILS": "**the principle does not hold**",
-                "n/a": "*not measurable in this configuration*"}
+    verdicts = {"holds": "the principle holds (production configuration)",
+                "demonstrated on a replica": "demonstrated on a replica (production refuses the before)",
+                "FAILS": "**the principle does not hold**", "n/a": "*not measurable in this configuration*"}
     lines = []
     for r in result.info["incidents"]:
         lines.append(f"### {r['number']}. {r['name']}: {verdicts[r['status']]} ({r['variants_text']})")
         lines.append(f"*Principle.* {r['principle']}")
         if r.get("before"):
-            lines.append(f"*Before:* {r['before']}. *After:* {r['after']}.")
+            lines.append(f"*Before* ({r.get('basis', 'production configuration')}): {r['before']}. "
+                         f"*After:* {r['after']}.")
+        if r.get("basis_note"):
+            lines.append(f"*Why a replica:* {r['basis_note']}.")
         lines.append(f"*The seed recorded* {r['seed_figure']}. *Measured here* ({r['model']}, {r['seconds']:.1f} s): "
                      f"{r['measured']}.")
         details = {k: v for k, v in (r.get("details") or {}).items() if not isinstance(v, (list, dict))}

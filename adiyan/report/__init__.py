@@ -280,7 +280,12 @@ RUN_TEMPLATE = """<!DOCTYPE html>
 {{ svg }}
 {% endfor %}{% else %}<p>No questions recorded.</p>{% endif %}
 
-<h2>Metrics</h2>
+{% if incidents %}<h2 id="incidents">Incidents replayed</h2>
+<p>Each of the seed's five incidents, its before and after run through the code this run used. <b>Production configuration</b>: both halves are settings production runs. <b>Replica</b>: production refuses the before, so it is rebuilt for the replay and the verdict reads "demonstrated on a replica".</p>
+<table><tr><th>#</th><th>incident</th><th>verdict</th><th>basis</th><th>variants</th><th>measured here</th></tr>
+{% for r in incidents %}<tr id="incident-{{ r.number }}"><td>{{ r.number }}</td><td>{{ r.name }}</td><td>{{ r.status }}</td><td>{{ r.basis or "production configuration" }}{% if r.basis_note %}<br><small>{{ r.basis_note }}</small>{% endif %}</td><td>{{ r.variants_text }}</td><td><small>{{ r.measured }}</small></td></tr>
+{% endfor %}</table>
+{% endif %}<h2>Metrics</h2>
 {% for group, vals in (m.metrics or {}).items() %}<h3>{{ group }}</h3>
 <table><tr><th>metric</th><th>value</th></tr>
 {% for k, v in vals.items() %}{% set n = n_of(m.metrics, group, k) %}{% if unreliable(m.metrics, group, k) %}<tr><td>{{ k }} <span class="badge">unreliable judge</span>{{ human(group, k) }}</td><td class="num"><span class="unreliable">{{ fmt(v) }}</span>{% if n is not none %} (n={{ n }}){% endif %}</td></tr>
@@ -377,8 +382,10 @@ def write_run_report(run_dir: Path) -> Path:
                  ("Reciprocal rank per question", _plot_rr(questions))]
         if (rk := _plot_recall_at_k(questions)) is not None:
             plots.insert(1, ("Hit rate and recall against k", rk))
+    inc_path = run_dir / "incidents.json"  # written when the run replayed the incidents
+    incidents = json.loads(inc_path.read_text(encoding="utf-8")) if inc_path.exists() else []
     html = _env.from_string(RUN_TEMPLATE).render(
-        m=m, ds=m.get("dataset") or {}, questions=questions, failures=failures, plots=plots,
+        m=m, ds=m.get("dataset") or {}, questions=questions, failures=failures, plots=plots, incidents=incidents,
         summary=summary_section(run_dir, m, questions, failures),
         has_config=(run_dir / "config.yaml").exists(),
         doc_href=lambda doc: _doc_href(doc, run_dir),

@@ -3,7 +3,9 @@
 Each replay runs the seed's failure as a configuration of the real pipeline (the before) and the
 workbench's defence (the after) over authored variants in ``evalsets/incidents/``, and reports
 how many variants hold (the before shows the failure, the after prevents it), e.g. "6/6
-variants" or "3/7 variants, 4 not reproduced"; the verdict rule is in :mod:`.common`.
+variants" or "3/7 variants, 4 not reproduced"; the verdict rule is in :mod:`.common`, and each
+result names its basis: a *production configuration* (1, 3, 4) or a *replica* of a before that
+production refuses to run (2, 5; the verdict then reads "demonstrated on a replica").
 ``invoke replay`` prints the table and writes ``reports/incidents.json``; ``invoke eval``
 records :func:`incident_metrics`.
 
@@ -82,9 +84,10 @@ def as_dict(r: IncidentResult) -> dict:
 
 
 def format_table(results: list[IncidentResult]) -> str:
-    rows = [("#", "incident", "seed's figure", "measured here", "model", "variants", "principle")]
-    rows += [(str(r.number), r.name, r.seed_figure, r.measured, r.model, r.variants_text, r.status) for r in results]
-    caps = (3, 18, 40, 70, 22, 20, 9)
+    rows = [("#", "incident", "seed's figure", "measured here", "model", "variants", "before", "principle")]
+    rows += [(str(r.number), r.name, r.seed_figure, r.measured, r.model, r.variants_text, r.basis, r.status)
+             for r in results]
+    caps = (3, 18, 34, 60, 22, 20, 22, 25)
     widths = [min(max(len(row[i]) for row in rows), caps[i]) for i in range(len(caps))]
     out = []
     for j, row in enumerate(rows):
@@ -99,7 +102,11 @@ def summary(results: list[IncidentResult]) -> tuple[str, int]:
     """The closing line of ``invoke replay`` and its exit status (1 when a principle fails)."""
     failing = [r for r in results if r.holds is False]
     na = [r for r in results if r.holds is None]
-    line = (f"{sum(r.holds is True for r in results)}/{len(results)} principles hold"
+    replica = [r for r in results if r.holds is True and r.status != "holds"]
+    line = (f"{sum(r.status == 'holds' for r in results)}/{len(results)} principles hold in the production "
+            f"configuration"
+            + (f", {len(replica)} demonstrated on a replica of a before production refuses to run "
+               f"({', '.join(r.name for r in replica)})" if replica else "")
             + (f", {len(failing)} FAIL ({', '.join(r.name for r in failing)})" if failing else "")
             + (f", {len(na)} n/a ({', '.join(r.name for r in na)})" if na else "")
             + "; variants: " + ", ".join(f"{r.number} {r.variants_text}" for r in results))

@@ -18,6 +18,12 @@ one discriminating variant is held (a before that never fails shows nothing, and
 variant that is not a test); it **fails** otherwise; it is **n/a** when no variant can be
 measured. The counts are always printed beside it ("3/7 variants, 4 not reproduced",
 "4/4 variants, 1 not a test"), so one case cannot carry the result unseen.
+
+Every result names its **basis**: ``production configuration`` when both halves are settings the
+production code accepts and runs (incidents 1, 3, 4), ``replica`` when the before is something
+production refuses to run (incident 2's unscoped search, incident 5's tier table without the
+general fallback), rebuilt here only to show the failure. A replica's verdict reads "demonstrated
+on a replica", never "holds": its after is the production code, its before is not.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 INCIDENTS_DIR = ROOT / "evalsets" / "incidents"
+
+
+PRODUCTION, REPLICA = "production configuration", "replica"
 
 
 @dataclass
@@ -51,10 +60,17 @@ class IncidentResult:
     details: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)  # the incident's own figures, recorded as {n}_{name}_{key}
     seconds: float = 0.0
+    basis: str = PRODUCTION  # PRODUCTION: the before is a setting production runs; REPLICA: one it refuses
+    basis_note: str = ""  # for a replica: where production refuses the before
 
     @property
     def status(self) -> str:
-        return "n/a" if self.holds is None else ("holds" if self.holds else "FAILS")
+        """"holds" | "demonstrated on a replica" (held, but the before is a replica) | "FAILS" | "n/a"."""
+        if self.holds is None:
+            return "n/a"
+        if not self.holds:
+            return "FAILS"
+        return "holds" if self.basis == PRODUCTION else "demonstrated on a replica"
 
     @property
     def variants_text(self) -> str:

@@ -13,16 +13,28 @@ Every authored variant (``evalsets/incidents/stale_fact.yaml``) goes through the
 correction 1 day before. *Before*: ``memory.recency=false`` (similarity alone); *after*: the
 configured memory (recency re-ranking, half-life ``memory.half_life_days``). A variant holds when
 the stale statement is first before and the correction first after.
+
+The dates decide a great deal: score = similarity × 0.5 ** (age / half-life), so the stale statement
+wins after re-ranking only when s_stale / s_correction > 2 ** (gap / half-life), gap being how much
+older it is. At 29 days and a 14-day half-life that ratio is 4.2, which no pair of cosines reaches.
+So the replay also reports, per variant and from the similarities the real memory measured, the
+**margin** (how much more similar the stale text would have to be to win at the configured gap,
+s_correction × 2 ** (gap / h) − s_stale) and the **break-even gap** h × log2(s_stale / s_correction)
+(the correction wins only when it is more than that many days newer), and re-ranks each variant
+with the production ``rerank_by_recency`` over a grid of gaps (``GAPS_DAYS``, the correction a day
+old): figures that depend on the embedder and the texts, not on the dates chosen.
 """
 
 from __future__ import annotations
 
+import math
 import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from ...factory import open_memory
 from ...models.base import cosine
+from ...retrieval.recency import rerank_by_recency
 from .common import IncidentResult, classify, counts, load_spec, settings_for, verdict
 
 NOW = datetime(2026, 6, 1, 12, tzinfo=timezone.utc)  # fixed, so the same data gives the same ranks
@@ -30,6 +42,7 @@ STALE_AGE_DAYS, CORRECTION_AGE_DAYS = 30, 1
 SEED = ("stale 0.781 vs correction 0.725; cos(teal, not teal) 0.86 vs 0.39 for an unrelated word "
         "(the seed, nomic-embed-text via Ollama)")
 SEED_COS_NEGATION, SEED_COS_UNRELATED = 0.86, 0.39  # the seed's recorded constants, not measured here
+GAPS_DAYS = (0.5, 1, 2, 3, 5, 7, 14, 29)  # how much older the stale statement is, over the age grid
 PRINCIPLE = "similarity alone ranks the stale statement above its correction; recency re-ranking puts the correction first"
 
 
@@ -47,6 +60,32 @@ def _top_texts(settings, embedder, variants, *, add: bool) -> dict[str, list]:
                 for v in variants}
     finally:
         mem.close()
+
+
+def margins(s_stale: float, s_correction: float, gap_days: float, half_life_days: float) -> dict:
+    """The stale statement's distance from winning: ``margin`` = s_correction × 2 ** (gap / h) − s_stale,
+    the similarity it lacks at this gap (< 0: it wins); ``break_even_gap_days`` = h × log2(s_stale /
+    s_correction), the gap past which the correction comes first (0 when the correction is as similar
+    or more: it wins at any gap). Seed: 0.781 vs 0.725 at h 14 gives 1.50 days."""
+    ratio = 2 ** (gap_days / half_life_days)
+    be = half_life_days * math.log2(s_stale / s_correction) if s_stale > s_correction > 0 else 0.0
+    return {"margin": round(s_correction * ratio - s_stale, 4), "break_even_gap_days": round(be, 3),
+            "weight_ratio": round(ratio, 4)}
+
+
+def gap_grid(pairs: list[tuple[float, float]], half_life_days: float, gaps=GAPS_DAYS) -> dict[str, int]:
+    """Per gap (days), how many (s_stale, s_correction) pairs put the correction first when the production
+    re-ranker (``rerank_by_recency``) weighs a correction 1 day old against a statement ``gap`` days older."""
+    out = {}
+    for gap in gaps:
+        first = 0
+        for s_stale, s_corr in pairs:
+            items = [{"id": "stale", "score": s_stale, "created_at": NOW - timedelta(days=1 + gap)},
+                     {"id": "correction", "score": s_corr, "created_at": NOW - timedelta(days=1)}]
+            ranked = rerank_by_recency(items, now=NOW, half_life_days=half_life_days, k=None)
+            first += ranked[0][0]["id"] == "correction"
+        out[f"{gap:g}"] = first
+    return out
 
 
 def stale_fact(settings, embedder) -> IncidentResult:
@@ -70,10 +109,20 @@ def stale_fact(settings, embedder) -> IncidentResult:
         row["stale_first_before"] = row["before_first"] == v["stale"]
         row["correction_first_after"] = row["after_first"] == v["correction"]
         row["status"] = classify(before_failed=row["stale_first_before"], after_prevented=row["correction_first_after"])
+        if row["stale_similarity"] is not None and row["correction_similarity"] is not None:
+            row.update(margins(row["stale_similarity"], row["correction_similarity"],
+                               STALE_AGE_DAYS - CORRECTION_AGE_DAYS, settings.memory.half_life_days))
         closer += cos_neg > cos_other
         rows.append(row)
     n, statuses = len(rows), [r["status"] for r in rows]
     first = rows[0]
+    h, gap = settings.memory.half_life_days, STALE_AGE_DAYS - CORRECTION_AGE_DAYS
+    scored = [r for r in rows if "margin" in r]
+    grid = gap_grid([(r["stale_similarity"], r["correction_similarity"]) for r in scored], h)
+    metrics = {}
+    if scored and settings.memory.recency:
+        metrics = {"margin_min": min(r["margin"] for r in scored),
+                   "break_even_gap_max_days": max(r["break_even_gap_days"] for r in scored)}
     measured = (f"stale first by similarity alone in {sum(r['stale_first_before'] for r in rows)}/{n}, "
                 f"correction first with recency (half-life {settings.memory.half_life_days:g} d) in "
                 f"{sum(r['correction_first_after'] for r in rows)}/{n}; a negation is closer than an unrelated "
@@ -82,12 +131,24 @@ def stale_fact(settings, embedder) -> IncidentResult:
                 f"{min(r['cos_unrelated'] for r in rows):.2f}–{max(r['cos_unrelated'] for r in rows):.2f}; "
                 f"the seed's pair here: cos({first['negation'][0]}, {first['negation'][1]}) "
                 f"{first['cos_negation']:.2f} vs {first['negation'][2]} {first['cos_unrelated']:.2f})")
+    if metrics:
+        out_of_reach = all(r["correction_similarity"] * r["weight_ratio"] > 1 for r in scored)
+        measured += (f"; margin at the configured {gap}-day gap (the similarity the stale text lacks to win; "
+                     f"< 0: it wins) {metrics['margin_min']:.2f} to {max(r['margin'] for r in scored):.2f}"
+                     + (" (beyond any cosine: the dates alone decide here)" if out_of_reach else "")
+                     + f"; the correction wins once it is {min(r['break_even_gap_days'] for r in scored):.2f}–"
+                     f"{metrics['break_even_gap_max_days']:.2f} days newer (break-even gap); correction first at a gap "
+                     f"of " + ", ".join(f"{g} d {k}/{len(scored)}" for g, k in grid.items()))
     return IncidentResult(3, "stale fact", SEED, measured, embedder.id, verdict(statuses), PRINCIPLE, **counts(statuses),
+                          metrics=metrics,
                           before="open_memory with memory.recency=false (similarity alone)",
                           after="open_memory as configured (recency re-ranking)",
                           details={"variants": rows, "negation_closer": closer, "now": NOW.isoformat(),
                                    "stale_age_days": STALE_AGE_DAYS, "correction_age_days": CORRECTION_AGE_DAYS,
                                    "half_life_days": settings.memory.half_life_days,
+                                   "gap_grid_days": grid, "gap_grid_note": "correction first (of the variants) when "
+                                   "it is 1 day old and the stale statement this many days older, re-ranked by the "
+                                   "production rerank_by_recency over the similarities measured above",
                                    "seed_constants": {"cos_teal_not_teal": SEED_COS_NEGATION,
                                                       "cos_unrelated": SEED_COS_UNRELATED,
                                                       "source": "the seed's record (nomic-embed-text via Ollama), "

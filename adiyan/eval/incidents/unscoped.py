@@ -16,7 +16,7 @@ import tempfile
 from ...factory import open_kb, open_retriever
 from ...kb import DocumentNotFound
 from ...store import Point
-from .common import VIOLATED, IncidentResult, classify, counts, load_spec, settings_for, verdict
+from .common import IncidentResult, REPLICA, VIOLATED, classify, counts, load_spec, settings_for, verdict
 
 PATHS = ("retrieve_knowledge_base", "find_source_document", "search_within_document", "get_document_text",
          "get_document", "list_documents")
@@ -108,6 +108,10 @@ def unscoped_search(settings, embedder) -> IncidentResult:
                           before="the knowledge-base search with retrieval.unsafe_unscoped_search=true "
                                  "(Retriever built with allow_unscoped=True)",
                           after="the configured retrieval pipeline (access filter in the engine query)",
+                          basis=REPLICA,
+                          basis_note="production cannot run the before: every entry point refuses "
+                                     "retrieval.unsafe_unscoped_search by name (Retriever.from_settings without "
+                                     "allow_unscoped, which only this replay passes)",
                           details={"requester": requester, "probes": rows, "leaks_before": leaks_before,
                                    "leaks_after": leaks_after, "before_leaking_paths": before_paths,
                                    "owners_retrieve": owners_ok, "migrated": migrated, "migration_ok": migration_ok,
