@@ -40,6 +40,7 @@ from ..retrieval.pipeline import UnsupportedSetting
 from ..retrieval.transform import HISTORY_MODES
 from .. import metrics as M
 from .evalset import ConversationSet, load_conversation_set
+from .regression import record_fields, run_cases
 from .harness import EVAL_REQUESTER, close_index, open_index, refuse_repeats
 from .record import RunRecord
 from .reliability import warning
@@ -211,6 +212,9 @@ def run_conversations(settings, *, progress: bool = True, run_id: str | None = N
         t0 = time.perf_counter()
         groups["incidents"] = incidents(embedder, record.dir)
         timings["incidents_s"] = time.perf_counter() - t0
+    # the regression cases, as every job checks them (those for another set or metric listed as n/a, with why)
+    regression = run_cases(groups, embedder.id, cs.name,
+                           incidents_why="the incidents were not replayed" if incidents_why else None)
     warnings = [warning("judge_not_run", "a conversation set has no LLM-judged metrics (keyword recall scores the "
                         "answers), so the judge was not asked; nothing to do, --set eval.judge=null silences this",
                         f"eval.judge={settings.eval.judge}")] if settings.eval.judge else []
@@ -226,8 +230,7 @@ def run_conversations(settings, *, progress: bool = True, run_id: str | None = N
                       "mode": settings.retrieval.mode},
         "generation": {"context_budget": effective_budget(settings, llm) if llm is not None else None},
         "engines": describe_engines(settings, kb=kb, memory=memory),  # the KB's and mem0's Qdrant (issue 14)
-        "warnings": warnings, "metrics": groups, "regression": [], "regression_failed": 0,
-        "not_applicable": [{"what": "the five incidents", "why": incidents_why}] if incidents_why else [],
+        "warnings": warnings, "metrics": groups, **record_fields(regression, incidents_why),
         "timings": {k: round(v, 3) for k, v in timings.items()},
         "cache": {"embeddings": embedder.stats.as_dict(), "answers": answer_cache.stats.as_dict(),
                   "hits": embedder.stats.hits, "misses": embedder.stats.misses},

@@ -99,6 +99,25 @@ def mark_not_replayed(results: list[RegressionResult], why: str) -> list[Regress
     return results
 
 
+def run_cases(groups: dict, embedder_id: str, evalset: str, *, incidents_why: str | None = None,
+              cases: list[dict] | None = None) -> list[RegressionResult]:
+    """The regression step every job shares (``invoke eval`` on any kind of set, every sweep point):
+    :func:`check` the cases, mark incident cases not replayed with ``incidents_why``, and add the
+    ``regression`` metric group to ``groups`` (in place)."""
+    results = check(groups, embedder_id, evalset, cases)
+    if incidents_why:
+        results = mark_not_replayed(results, incidents_why)
+    groups["regression"] = regression_group(results)
+    return results
+
+
+def record_fields(results: list[RegressionResult], incidents_why: str | None = None) -> dict:
+    """metrics.json's ``regression``, ``regression_failed`` and ``not_applicable`` for these results."""
+    return {"regression": [r.as_dict() for r in results],
+            "regression_failed": sum(r.status == "fail" for r in results),
+            "not_applicable": not_applicable(results, incidents_why)}
+
+
 def not_applicable_lines(m: dict) -> list[str]:
     """One line per kind of check that did not apply to the run (metrics.json ``not_applicable``)."""
     na = m.get("not_applicable") or []

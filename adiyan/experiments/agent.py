@@ -92,4 +92,8 @@ def point_result(run_dir: Path) -> PointResult:
             if r[k] is not None:
                 row[k] = float(r[k])
         pq.append(row)
-    return PointResult(metrics, pq, {"run_dir": str(run_dir), "config_hash": m.get("config_hash")})
+    # the run's own regression cases (invoke eval checked them; n/a ones with why) as the point's
+    metrics.update({f"regression.{k}": v for k, v in (m["metrics"].get("regression") or {}).items() if v is not None})
+    scored = {"regression": m.get("regression") or [], "answered_questions": len(pq), "questions": len(pq),
+              "judge": None}
+    return PointResult(metrics, pq, {"run_dir": str(run_dir), "config_hash": m.get("config_hash"), "scored": scored})

@@ -31,8 +31,9 @@ METRIC_GROUP = "sweep"  # the registry group of every experiment metric and per-
 # metric: ``ragas.rouge_score`` is ragas/rouge_score, ``retrieval.hit_rate@k`` retrieval/hit_rate@{k}.
 RUN_GROUPS = tuple(sorted({m.group for m in M.REGISTRY} - {METRIC_GROUP}))
 # Bumped when point names change: part of every point's fingerprint, so a sweep re-runs points
-# recorded under older names instead of gathering them (2: run names instead of renamed copies).
-POINT_FORMAT = 2
+# recorded under older names instead of gathering them (2: run names instead of renamed copies;
+# 3: every point scored like a run, regression cases and incident 3 included).
+POINT_FORMAT = 3
 
 
 def project_root() -> Path:

@@ -23,6 +23,7 @@ from ..eval.harness import open_index
 from ..eval.scorers import CONVERSATION, Rows, point_columns, score
 from ..factory import open_llm
 from .common import PointResult
+from .scoring import ONLY_STALE, merge, replay_stale_fact, score_groups
 
 CONVERSATIONS = Path(__file__).resolve().parents[2] / "evalsets" / "conversations"
 # per turn, under the questions.jsonl names; memory precision / recall as the run's conversation.* metrics
@@ -63,4 +64,9 @@ def evaluate_conversations(settings, *, progress: bool = False) -> PointResult:
             "history_window": settings.conversation.history_window,
             "half_life_days": settings.memory.half_life_days, "recency": settings.memory.recency,
             "evalset": str(cs.root), "evalset_hash": cs.content_hash(), "embedder": embedder.id}
-    return PointResult(metrics, per_turn, info)
+    # scored like a run: incident 3 at the point's half-life, and the regression cases (n/a ones with why)
+    group, incident = replay_stale_fact(settings, embedder)
+    groups = {"conversation": {c.split(".", 1)[1]: v for c, v in metrics.items() if c.startswith("conversation.")},
+              "incidents": group}
+    return merge(PointResult(metrics, per_turn, info),
+                 score_groups(groups, cs.name, embedder.id, incidents_why=ONLY_STALE, incident=incident))

@@ -14,6 +14,7 @@ from ..eval.locomo.data import LocomoError, is_locomo_file, load_locomo
 from ..eval.locomo.run import evaluate, locomo_tables, overall_metrics
 from ..factory import open_embedder
 from .common import PointResult
+from .scoring import ONLY_STALE, merge, replay_stale_fact, score_groups
 
 SWEPT_PATHS = ("memory_similarity", "memory_recency", "context")
 
@@ -32,9 +33,14 @@ def evaluate_locomo(settings, *, progress: bool = False) -> PointResult:
     metrics["context_size"] = sum(len(r["context_ids"]) for r in rows) / len(rows)
     per_q = [{"qid": r["id"], "category": r["category_name"], "recall@10": r["recall"]["memory_recency"]["10"],
               "context_recall": r["context_recall"]} for r in rows]
-    return PointResult(metrics, per_q, {
+    # scored like a run: incident 3 at the point's half-life, and the regression cases (n/a ones with why)
+    group, incident = replay_stale_fact(settings, embedder)
+    groups = {"locomo": {c.split(".", 1)[1]: v for c, v in metrics.items() if c.startswith("locomo.")},
+              "incidents": group}
+    scored = score_groups(groups, ls.name, embedder.id, incidents_why=ONLY_STALE, incident=incident)
+    return merge(PointResult(metrics, per_q, {
         "conversations": len(ls.conversations), "questions": len(rows), "locomo": str(ls.path),
         "locomo_hash": ls.content_hash(), "embedder": embedder.id, "half_life_days": settings.memory.half_life_days,
         "memory_top_k": settings.memory.top_k, "history_window": settings.conversation.history_window,
         "per_category": {p: t[p] for p in SWEPT_PATHS}, "context_configured": t["context_configured"],
-        "mem0_searches": info.get("mem0_searches"), "timings": info.get("timings")})
+        "mem0_searches": info.get("mem0_searches"), "timings": info.get("timings")}), scored)

@@ -28,7 +28,7 @@ from ..factory import open_embedder, open_memory
 from ..memory import consolidation_identity, resolve_infer
 from ..retrieval.pipeline import refuse_settings
 from .common import PointResult, mean
-from .scoring import merge, score_memory
+from .scoring import merge, replay_stale_fact, score_memory
 
 MEMORY_EVALSET = Path(__file__).resolve().parents[2] / "evalsets" / "memory"
 ENTRY_POINT = "the memory experiment"
@@ -167,7 +167,8 @@ def evaluate_memory(settings, *, k: int | None = None, evalset: MemoryEvalset | 
     Per question (asked at the evalset's "now"): rank of the expected memory among the top k;
     for corrections whether the superseded statement outranks the correction (stale). Metrics:
     hit@1, MRR, correction_hit@1, stable_hit@1, stale_rate, search latency. ``score`` adds RAGAS's
-    ID-based context metrics and the regression cases (:func:`adiyan.experiments.scoring.score_memory`).
+    ID-based context metrics, incident 3 replayed with the point's memory settings (its verdict, margin
+    and break-even gap) and the regression cases (:func:`adiyan.experiments.scoring.score_memory`).
     """
     refuse_settings(settings, ENTRY_POINT, honoured=set())
     refuse_repeats(settings, ENTRY_POINT)  # eval.repeats: invoke eval on a question set only
@@ -204,5 +205,7 @@ def evaluate_memory(settings, *, k: int | None = None, evalset: MemoryEvalset | 
             **{k: mem.build_record.get(k) for k in ("infer", "stored", "consolidation") if k in mem.build_record}}
     res = PointResult(metrics, rows, info)
     if score:
-        merge(res, score_memory(ranked_by_q, es.questions, "memory", emb.id, regression_cases=regression_cases))
+        group, incident = replay_stale_fact(settings, emb)  # incident 3 at this point's half-life
+        merge(res, score_memory(ranked_by_q, es.questions, "memory", emb.id, regression_cases=regression_cases,
+                                incidents=group, incident=incident))
     return res

@@ -37,7 +37,9 @@ from pathlib import Path
 from ..cache import call_cache
 from ..eval.harness import answer_rows
 from ..eval.ragas_metrics import sample_indices, score_non_llm, summarize
-from ..eval.regression import check, load_cases, mark_not_replayed, regression_group
+from ..eval.incidents import as_dict as incident_dict
+from ..eval.incidents import incident_metrics, stale_fact
+from ..eval.regression import check, load_cases, mark_not_replayed, regression_group, run_cases
 from ..eval.reliability import judged_group
 from ..eval.scorers import ANSWER_SCORERS, RETRIEVAL_SCORERS, STRINGS, Rows, annotate_answer, hit_rates_at, judged, score
 from ..factory import open_llm
@@ -46,6 +48,32 @@ from ..types import OWNER
 POINT_GROUPS = ("ragas", "ragas_llm", "answer", "claims", "regression")  # the run groups a scored point records as columns
 _DEPTH_CASE = re.compile(r"^retrieval\.(hit_rate|mrr)@(\d+)$")
 NOT_REPLAYED = "incidents are not replayed at sweep points (invoke eval replays them)"
+ONLY_STALE = ("only incident 3 (stale fact) is replayed at a memory sweep point, where memory.half_life_days and "
+              "memory.recency decide it; invoke eval replays all five")
+
+
+def replay_stale_fact(settings, embedder) -> tuple[dict, dict]:
+    """Incident 3 replayed with the point's memory settings (the real memory, ~0.5 s): its ``incidents``
+    group (holds, variants held, margin, break-even gap; no ``principles_holding_share``: one incident is
+    not all of them) and its record."""
+    res = stale_fact(settings, embedder)
+    group = {k: v for k, v in incident_metrics([res]).items() if k != "principles_holding_share"}
+    return group, incident_dict(res)
+
+
+def score_groups(groups: dict, evalset_name: str, embedder_id: str, *, regression_cases=None,
+                 incidents_why: str = NOT_REPLAYED, incident: dict | None = None) -> dict:
+    """A point's own metric groups (``conversation``, ``locomo``, ``sweep`` ... plus ``incidents`` when one
+    was replayed) checked against the regression cases like a run: every case passes, fails or does not
+    apply with why. Returns :func:`score_rows`' shape (``incidents.*`` and ``regression.*`` columns)."""
+    groups = dict(groups)
+    cases = load_cases(regression_cases) if regression_cases else load_cases()
+    results = run_cases(groups, embedder_id, evalset_name, incidents_why=incidents_why, cases=cases)
+    metrics = {f"{g}.{name}": v for g in ("incidents", "regression") for name, v in (groups.get(g) or {}).items()}
+    info = {"regression": [r.as_dict() for r in results], "answered_questions": 0, "judge": None}
+    if incident is not None:
+        info["incident"] = incident
+    return {"metrics": metrics, "per_question": {}, "info": info}
 
 
 def _case_depth_metrics(rows, cases, k: int) -> dict:
@@ -107,7 +135,8 @@ def score_rows(settings, index, qr, *, answers: dict | None = None, llm=None, an
 
 
 def score_memory(ranked: dict[str, list[str]], questions: list[dict], evalset_name: str, embedder_id: str, *,
-                 regression_cases: str | Path | None = None) -> dict:
+                 regression_cases: str | Path | None = None, incidents: dict | None = None,
+                 incident: dict | None = None) -> dict:
     """The memory evalset scored like a run where it can be: RAGAS ID-based context precision /
     recall of the top k memory ids against the expected one, and the regression cases. The
     memory evalset holds no reference answers and the experiment generates none, so the string
@@ -117,13 +146,16 @@ def score_memory(ranked: dict[str, list[str]], questions: list[dict], evalset_na
     per_row = score_non_llm(rows)
     groups = {"ragas": {name: s["mean"] for name, s in summarize(per_row).items()
                         if name.startswith("id_based")}}
+    if incidents:
+        groups["incidents"] = dict(incidents)  # incident 3 at this point's half-life (replay_stale_fact)
     cases = load_cases(regression_cases) if regression_cases else load_cases()
-    results = mark_not_replayed(check(groups, embedder_id, evalset_name, cases), NOT_REPLAYED)
+    results = mark_not_replayed(check(groups, embedder_id, evalset_name, cases), ONLY_STALE if incidents else NOT_REPLAYED)
     groups["regression"] = regression_group(results)
-    metrics = {f"{g}.{name}": v for g in ("ragas", "regression") for name, v in groups[g].items()}
-    per_question = {r["id"]: {name: per_row[name][i] for name in per_row if name.startswith("id_based")}
+    metrics = {f"{g}.{name}": v for g in ("ragas", "incidents", "regression") for name, v in (groups.get(g) or {}).items()}
+    per_question = {r["id"]: {f"ragas.{name}": per_row[name][i] for name in per_row if name.startswith("id_based")}
                     for i, r in enumerate(rows)}
     info = {"regression": [r.as_dict() for r in results], "questions": len(rows), "answered_questions": 0,
+            **({"incident": incident} if incident else {}),
             "judge": None, "not_applicable": "string and LLM-judged RAGAS metrics: the memory evalset has no "
                                               "reference answers and the memory experiment generates none"}
     return {"metrics": metrics, "per_question": per_question, "info": info}

@@ -124,6 +124,22 @@ class Gathered:
             return frame[col]
         return frame[col].where(frame.apply(lambda r: not self.unreliable(r, col), axis=1))
 
+    def unscored(self) -> list[str]:
+        """Finished points scored like nothing (issue 44.8): no metric value, or no regression case
+        recorded (a case that does not apply still counts: it is listed with why). "id: reason" each."""
+        out = []
+        if self.runs is None or not len(self.runs):
+            return out
+        for _, row in self.runs.iterrows():
+            if row.get("status") != "ok":
+                continue
+            pid = row["point_id"]
+            if not any(is_num(row.get(c)) and not math.isnan(float(row.get(c))) for c in self.metric_cols):
+                out.append(f"{pid}: no metric")
+            elif not (self.scored.get(pid) or {}).get("regression"):
+                out.append(f"{pid}: no regression cases")
+        return out
+
     def unregistered(self) -> list[str]:
         """group/name of every gathered metric and per-question score the registry does not declare."""
         wanted = [self.key(c) for c in self.metric_cols]

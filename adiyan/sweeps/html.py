@@ -138,7 +138,8 @@ INDEX_TEMPLATE = """<!DOCTYPE html>
 {% for r in rows %}<tr><td><code>{{ r.point_id }}</code>{% if r.point_id == baseline %} <b>(baseline)</b>{% endif %}</td>{% for c in param_cols %}<td>{{ fmt(r[c]) }}</td>{% endfor %}<td>{{ r.status }}</td>{% for m in metric_cols %}{% if unreliable(r, m) %}<td class="num"><span class="unreliable">{{ fmt(r.get(m)) }}</span> <span class="badge">unreliable judge</span></td>{% else %}<td class="num{% if m in best and r.point_id in best[m].crowned and best[m].points|length < n_ok %} best{% endif %}">{{ fmt(r.get(m)) }}</td>{% endif %}{% endfor %}<td class="num">{{ fmt(r.get("point_wall_s")) }}</td><td><a href="{{ r.html }}">html</a> · <a href="{{ r.notebook }}">ipynb</a> · <a href="{{ r.config }}">config</a></td></tr>
 {% endfor %}</table>
 
-<h2>Scored like a run: RAGAS and the regression cases</h2>
+<h2>Scored like a run: metrics, the regression cases{% if incident_rows %}, incident 3{% endif %}</h2>
+{% if unscored %}<p class="worse" id="unscored"><b>Scored like nothing:</b> {{ unscored|join("; ") }}. Each point over an evalset should record its metrics and the regression cases (adiyan/experiments/scoring.py).</p>{% endif %}
 {% if scored_rows %}<p>Each point scored as <code>invoke eval</code> scores a run (adiyan/experiments/scoring.py): RAGAS's non-LLM metrics (ID-based context precision / recall over the point's top-k sources; string similarity, ROUGE-L and exact match over its answers, by the configured LLM through the answer cache), the LLM-judged ones by <code>eval.judge</code> after its calibration (struck when the judge is not calibrated reliable), and every regression case of {{ cases_file }}.{% if answer_note %} {{ answer_note }}{% endif %}</p>
 <table><tr><th>point</th><th>answered / questions</th><th>judge</th>{% for m in ragas_cols %}<th>{{ m }}</th>{% endfor %}</tr>
 {% for r, sc in scored_rows %}<tr><td>{{ r.label }}</td><td class="num">{{ sc.answered_questions }} / {{ sc.questions }}</td><td>{% if sc.judge %}{{ sc.judge }}{% if sc.judge_calibration %}, agreement {{ fmt(sc.judge_calibration.agreement) }} on {{ sc.judge_calibration.n }} pairs: {% if sc.judge_calibration.reliable %}reliable{% else %}<b>unreliable</b>{% endif %}{% endif %}{% else %}none{% if sc.not_applicable %} (n/a){% endif %}{% endif %}</td>{% for m in ragas_cols %}{% if judged_unreliable(r, m) %}<td class="num"><span class="unreliable">{{ fmt(r.get(m)) }}</span> <span class="badge">unreliable judge</span></td>{% else %}<td class="num">{{ fmt(r.get(m)) }}</td>{% endif %}{% endfor %}</tr>
@@ -148,7 +149,12 @@ INDEX_TEMPLATE = """<!DOCTYPE html>
 <table class="grid"><tr><th>case</th><th>metric</th>{% for r, sc in scored_rows %}<th>{{ r.label }}</th>{% endfor %}</tr>
 {% for case in cases %}<tr><td><code>{{ case.id }}</code></td><td><code>{{ case.metric }}</code></td>{% for r, sc in scored_rows %}{% set c = case_grid[(case.id, r.point_id)] %}<td style="background:{{ colours[c.status] }}" title="{{ c.reason }}">{% if c.status == "pass" %}pass{% elif c.status == "fail" %}<b>fail</b>{% elif c.status == "not_checked" %}not checked{% elif c.status == "n/a" %}does not apply{% else %}—{% endif %}{% if c.value is not none and c.status not in ("not_checked", "n/a") %} ({{ fmt(c.value) }}){% endif %}{% if c.reason %}<br><small>{{ c.reason }}</small>{% endif %}</td>{% endfor %}</tr>
 {% endfor %}</table>
-{% else %}<p>Not scored like a run: no point of this sweep is over an evalset with questions (an HNSW sweep measures the graph against exact search on synthetic and SciFact vectors), so RAGAS and the regression cases do not apply.</p>{% endif %}
+{% if incident_rows %}<h3 id="incident-3">Incident 3 (stale fact) at each point</h3>
+<p>Replayed through the real memory with the point's <code>memory.*</code> settings (the half-life decides it). Margin: the similarity the stale statement lacks to outrank its correction at the replay's 29-day gap (&lt; 0: it wins). Break-even gap: how many days newer the correction must be to come first (worst variant). Then how many variants put the correction first when it is that many days newer.</p>
+<table><tr><th>point</th><th>verdict</th><th>variants</th><th>margin (min)</th><th>break-even gap, days (max)</th>{% for gap in incident_gaps %}<th>{{ gap }} d</th>{% endfor %}</tr>
+{% for r, inc in incident_rows %}<tr><td>{{ r.label }}</td><td>{% if inc.status == "FAILS" %}<b class="worse">FAILS</b>{% else %}{{ inc.status }}{% endif %}</td><td>{{ inc.variants_text }}</td><td class="num">{{ fmt(inc.metrics.margin_min) }}</td><td class="num">{{ fmt(inc.metrics.break_even_gap_max_days) }}</td>{% for gap in incident_gaps %}<td class="num">{{ (inc.details.gap_grid_days or {}).get(gap, "—") }}</td>{% endfor %}</tr>
+{% endfor %}</table>{% endif %}
+{% else %}<p>No point of this sweep recorded a score (no metrics and no regression cases): this is an error the sweep raises; nothing should reach this page.</p>{% endif %}
 
 <h2>Best point per metric</h2>
 <p>Directions are those of the metric registry (adiyan.metrics); counts and sizes have none. A point is called best, and highlighted, only when its paired test against the baseline is significant after the Holm adjustment (the tests below); otherwise the highest value is shown in grey with "no difference shown". Timings are measured once per point and metrics without per-question scores cannot be tested: neither is ranked. A metric an LLM judged counts only from points whose judge is calibrated reliable: an unreliable judge's values are struck, never best, left out of the plots and of the paired tests.</p>
@@ -208,8 +214,11 @@ def _scored_view(g: Gathered, rows: list[dict], spec: SweepSpec) -> dict:
                        "per point (the same questions at every point; answer_questions in the spec).")
     elif ns and all(a == 0 for a, _ in ns):
         answer_note = "No answers at these points (eval.generate off or no reference answers): no string metrics."
-    na_notes = list(dict.fromkeys(sc["not_applicable"] for _, sc in scored_rows if sc.get("not_applicable")))
-    return {"scored_rows": scored_rows, "ragas_cols": ragas_cols, "cases": list(cases.values()), "case_grid": grid,
+    na_notes = list(dict.fromkeys(sc["not_applicable"] for _, sc in scored_rows
+                                  if isinstance(sc.get("not_applicable"), str)))
+    incident_rows = [(r, sc["incident"]) for r, sc in scored_rows if sc.get("incident")]
+    gaps = list(dict.fromkeys(k for _, inc in incident_rows for k in (inc.get("details") or {}).get("gap_grid_days") or {}))
+    return {"unscored": g.unscored(), "incident_rows": incident_rows, "incident_gaps": gaps, "scored_rows": scored_rows, "ragas_cols": ragas_cols, "cases": list(cases.values()), "case_grid": grid,
             "judged_unreliable": lambda r, m: g.unreliable(r, m),  # struck even when the judge gave no value
             "colours": COLOURS, "answer_note": answer_note, "na_notes": na_notes,
             "cases_file": spec.regression_cases or "evalsets/regression.yaml"}

@@ -13,6 +13,7 @@ import json
 import os
 import queue
 import shutil
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -251,7 +252,8 @@ def write_outputs(spec: SweepSpec, points: Sequence[Point], out: Path, *, engine
     """Gather the finished points; write runs.parquet, per_question.parquet, significance.json, index.html.
 
     Raises :class:`SweepError` naming every metric the registry does not declare (its direction
-    decides "best", the plots and the tests), before anything is written.
+    decides "best", the plots and the tests), before anything is written. A finished point with no
+    metric or no regression case is named on stderr and on the index page.
     """
     import pyarrow as pa  # heavy: only gathering writes parquet
     import pyarrow.parquet as papq  # heavy: as above
@@ -261,6 +263,11 @@ def write_outputs(spec: SweepSpec, points: Sequence[Point], out: Path, *, engine
     if missing:
         raise SweepError(f"sweep {spec.name}: metric(s) not registered in adiyan.metrics.REGISTRY: "
                          f"{', '.join(missing)}; declare each (group, name, direction) there")
+    unscored = g.unscored()
+    if unscored:  # the project's experiments all score (tests/test_sweep_points_scored.py); a user's notebook may not
+        print(f"sweep {spec.name}: {len(unscored)} point(s) recorded no metric or no regression case "
+              f"({'; '.join(unscored[:5])}{' ...' if len(unscored) > 5 else ''}): score them with "
+              "adiyan.experiments.scoring (listed on the index page)", file=sys.stderr)
     table = pa.Table.from_pandas(g.runs, preserve_index=False)
     meta = dict(table.schema.metadata or {})
     meta[b"adiyan.sweep"] = json.dumps({"name": spec.name, "params": g.param_cols, "metrics": g.metric_cols,
