@@ -201,6 +201,8 @@ REGISTRY: tuple[Metric, ...] = (
     _m("ragas_llm", "{metric}.n", NEUTRAL, lo=0.0, description="questions the judged mean is over"),
     _m("incidents", "principles_holding_share", HIGHER, **_UNIT),
     _m("incidents", "{n}_{name}_holds", HIGHER, **_UNIT),
+    _m("incidents", "{n}_{name}_floor_variants_held", HIGHER, **_UNIT,
+       description="share of variants held in the seed's form (under the floor before, kept after)"),
     _m("incidents", "{n}_{name}_variants_held", HIGHER, **_UNIT, description="share of authored variants that hold"),
     # incident 1 (dilution.py): the fact's cosine margins and ranks; listed before the shorter patterns
     _m("incidents", "{n}_{name}_after_margin_min", HIGHER, lo=-2.0, hi=2.0,
@@ -208,11 +210,9 @@ REGISTRY: tuple[Metric, ...] = (
     _m("incidents", "{n}_{name}_margin_gain_min", HIGHER, lo=-2.0, hi=2.0,
        description="smallest gain in that margin from heading-blind to structural chunks"),
     _m("incidents", "{n}_{name}_after_rank_max", LOWER, lo=1.0, description="worst rank of the fact's chunk after"),
-    _m("incidents", "{n}_{name}_floor_variants_held", HIGHER, **_UNIT,
-       description="share of variants held in the seed's form (under the floor before, kept after)"),
     # incident 3 (stale.py): how far the stale statement is from winning, in similarity and in days
-    _m("incidents", "{n}_{name}_margin_min", HIGHER, lo=-1.0,
-       description="similarity the stale statement lacks to outrank its correction at the configured ages (< 0: it wins)"),
+    _m("incidents", "{n}_{name}_margin_days_min", HIGHER,
+       description="days the correction is newer than it needs to be to come first, worst variant (< 0: the stale wins)"),
     _m("incidents", "{n}_{name}_break_even_gap_max_days", LOWER, lo=0.0,
        description="days newer the correction must be to come first, worst variant"),
     _m("incidents", "chunk_dilution_before", NEUTRAL, lo=-1.0, hi=1.0, description="the fact's cosine with heading-blind chunks"),

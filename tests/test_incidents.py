@@ -232,7 +232,8 @@ def test_stale_fact_holds(settings, minilm):
     assert col["margin"] == pytest.approx(col["correction_similarity"] * ratio - col["stale_similarity"], abs=1e-3)
     assert col["break_even_gap_days"] == pytest.approx(
         14 * np.log2(col["stale_similarity"] / col["correction_similarity"]), abs=1e-2)
-    assert r.metrics["margin_min"] == min(v["margin"] for v in rows.values())
+    assert col["margin_days"] == pytest.approx(29 - col["break_even_gap_days"], abs=1e-3)
+    assert r.metrics["margin_days_min"] == min(v["margin_days"] for v in rows.values())
     grid = r.details["gap_grid_days"]
     assert grid["29"] == 7 and grid["0.5"] < 7  # a half-day gap is too short for some variants here
     # each grid cell agrees with the break-even gaps: the correction is first exactly where gap > g*
@@ -242,10 +243,12 @@ def test_stale_fact_holds(settings, minilm):
 
 def test_stale_fact_margin_by_hand():
     """The seed's pair, 0.781 (stale) vs 0.725 (correction), 14-day half-life: the correction wins once it
-    is 14 * log2(0.781 / 0.725) = 1.503 days newer; at a 29-day gap the stale text lacks
-    0.725 * 2 ** (29 / 14) - 0.781 = 2.2662 similarity."""
+    is 14 * log2(0.781 / 0.725) = 1.503 days newer, so a 29-day gap leaves 27.497 days to spare; the stale
+    text would need 0.725 * 2 ** (29 / 14) - 0.781 = 2.2662 more similarity."""
     m = I.stale.margins(0.781, 0.725, 29, 14)
     assert m["break_even_gap_days"] == pytest.approx(1.503, abs=1e-3) and m["margin"] == pytest.approx(2.2662, abs=1e-4)
+    assert m["margin_days"] == pytest.approx(27.497, abs=1e-3)
+    assert I.stale.margins(0.5, -0.1, 29, 14)["break_even_gap_days"] is None  # no gap lets it win
     assert I.stale.gap_grid([(0.781, 0.725)], 14, gaps=(1, 1.4, 1.6, 2)) == {"1": 0, "1.4": 0, "1.6": 1, "2": 1}
     assert I.stale.margins(0.70, 0.72, 29, 14)["break_even_gap_days"] == 0.0  # the correction is closer already
 

@@ -4,6 +4,8 @@ retrieve fails the run."""
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from adiyan.eval.evalset import EvalDocument, EvalQuestion
 from adiyan.eval.harness import question_rows, retrieval_metrics
 from adiyan.eval.regression import check, load_cases, mark_not_replayed, not_applicable, regression_group
@@ -131,3 +133,20 @@ def test_a_floor_with_a_rule_is_the_rule_applied_to_its_measured_value():
         assert e["floor"] == expected, (case["id"], e)
     hit = {c["id"]: c for c in load_cases()}["adiyan-full-hit-rate"]["per_embedder"]["minilm"]
     assert hit["floor"] == 0.925 and hit["floor"] > (hit["measured"] * hit["n"] - 2) / hit["n"]  # two flips trip it
+
+
+def test_every_kind_of_run_gates_on_a_failed_case(tmp_path):
+    """Conversation and LoCoMo runs write their regression cases like a question-set run, and run_eval
+    raises RegressionFailed on a failed one after the files are written (hand-made metrics.json)."""
+    import json
+
+    from adiyan.eval.runner import RegressionFailed, _gate
+
+    case = {"id": "incidents-variants-stale-fact", "metric": "incidents.3_stale_fact_variants_held", "value": 0.14,
+            "floor": 1.0, "max": None, "measured": 1.0, "status": "fail", "reason": "0.14 below floor 1.0"}
+    (tmp_path / "metrics.json").write_text(json.dumps({"regression": [case]}), encoding="utf-8")
+    with pytest.raises(RegressionFailed, match="incidents-variants-stale-fact: 0.14 below floor 1.0"):
+        _gate(tmp_path)
+    case["status"] = "pass"
+    (tmp_path / "metrics.json").write_text(json.dumps({"regression": [case]}), encoding="utf-8")
+    assert _gate(tmp_path) == tmp_path

@@ -72,7 +72,7 @@ def test_every_sweep_point_reports_metrics_and_regression_cases(name, tmp_path, 
     assert cases, "no regression case recorded"
     assert all(c["reason"] for c in cases if c["status"] == "n/a"), "a case that does not apply says why"
     if name in HALF_LIFE:
-        assert "incidents.3_stale_fact_holds" in data["metrics"] and "incidents.3_stale_fact_margin_min" in data["metrics"]
+        assert "incidents.3_stale_fact_holds" in data["metrics"] and "incidents.3_stale_fact_margin_days_min" in data["metrics"]
         stale = {c["id"]: c for c in cases}["incidents-variants-stale-fact"]
         assert stale["status"] in ("pass", "fail")  # applies at a half-life point, checked on the replay
     html = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")

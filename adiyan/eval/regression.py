@@ -60,11 +60,11 @@ def check(metrics: dict, embedder_id: str, evalset: str, cases: list[dict] | Non
             known = ", ".join(sorted(case.get("per_embedder") or {})) or "none"
             out.append(RegressionResult(**base, status=NA, reason=f"no floor for embedder {embedder_id} "
                                                                   f"(measured for {known})"))
+        elif value is None and group not in metrics:
+            out.append(RegressionResult(**base, status=NA, reason=f"the run has no {group} metrics"))
         elif case.get("applies_if") and not _lookup(metrics, case["applies_if"]):
             out.append(RegressionResult(**base, status=NA, reason=f"nothing to check: {case['applies_if']} = "
                                                                   f"{_lookup(metrics, case['applies_if'])}"))
-        elif value is None and group not in metrics:
-            out.append(RegressionResult(**base, status=NA, reason=f"the run has no {group} metrics"))
         elif value is None:
             out.append(RegressionResult(**base, status="not_checked", reason="the run did not produce this metric"))
         else:

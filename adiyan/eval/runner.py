@@ -42,7 +42,8 @@ from .ir_metrics import backend as ir_backend
 from .floors import floor_effect
 from .reliability import group_line, judged_group, warning_lines, warnings_for
 from .record import RunRecord
-from .regression import check, mark_not_replayed, not_applicable, not_applicable_lines, regression_group
+from .regression import (RegressionResult, check, mark_not_replayed, not_applicable, not_applicable_lines,
+                         regression_group)
 from .scorers import ANSWER, CLAIMS, RETRIEVAL_SCORERS, STRINGS, score
 from .scorers import judged as judged_scores
 from . import repeats as repeats_mod
@@ -64,6 +65,15 @@ def _incident_groups(settings, embedder, run_dir: Path) -> dict:
     return incident_metrics(results)  # per incident: holds, share of variants held
 
 
+def _gate(run_dir: Path) -> Path:
+    """Every kind of run gates alike: a regression case below its floor raises after the files are written."""
+    m = json.loads((Path(run_dir) / "metrics.json").read_text(encoding="utf-8"))
+    failures = [RegressionResult(**r) for r in m.get("regression") or [] if r.get("status") == "fail"]
+    if failures:
+        raise RegressionFailed(run_dir, failures)
+    return run_dir
+
+
 def run_eval(settings, *, progress: bool = True, run_id: str | None = None, incidents: bool | None = None) -> Path:
     check_evalset_path(settings.eval.evalset)  # a user error is one line, before any run folder is made
     refuse_beir_protocol(settings, "invoke eval")  # eval.beir_protocol=beir needs a BEIR folder (beir_protocol.py)
@@ -72,10 +82,11 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
                                                       incidents if incidents is not None else settings.eval.incidents)
     replay = (lambda emb, run_dir: _incident_groups(settings, emb, run_dir)) if replay_incidents else None
     if is_locomo_file(settings.eval.evalset):  # LoCoMo, a .json file: the memory engine on public data (locomo/)
-        return run_locomo(settings, progress=progress, run_id=run_id, incidents=replay, incidents_why=incidents_why)
+        return _gate(run_locomo(settings, progress=progress, run_id=run_id, incidents=replay,
+                                incidents_why=incidents_why))
     if is_conversation_set(settings.eval.evalset):  # a multi-turn set: replayed turn by turn (conversations.py)
-        return run_conversations(settings, progress=progress, run_id=run_id, incidents=replay,
-                                 incidents_why=incidents_why)
+        return _gate(run_conversations(settings, progress=progress, run_id=run_id, incidents=replay,
+                                       incidents_why=incidents_why))
     refuse_conversation_settings(settings, "invoke eval", repeats=True)
     t_start = time.perf_counter()
     record = RunRecord.for_settings(settings, run_id)

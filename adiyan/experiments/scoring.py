@@ -38,7 +38,7 @@ from ..cache import call_cache
 from ..eval.harness import answer_rows
 from ..eval.ragas_metrics import sample_indices, score_non_llm, summarize
 from ..eval.incidents import as_dict as incident_dict
-from ..eval.incidents import incident_metrics, stale_fact
+from ..eval.incidents import IncidentResult, incident_metrics, stale_fact
 from ..eval.regression import check, load_cases, mark_not_replayed, regression_group, run_cases
 from ..eval.reliability import judged_group
 from ..eval.scorers import ANSWER_SCORERS, RETRIEVAL_SCORERS, STRINGS, Rows, annotate_answer, hit_rates_at, judged, score
@@ -56,7 +56,11 @@ def replay_stale_fact(settings, embedder) -> tuple[dict, dict]:
     """Incident 3 replayed with the point's memory settings (the real memory, ~0.5 s): its ``incidents``
     group (holds, variants held, margin, break-even gap; no ``principles_holding_share``: one incident is
     not all of them) and its record."""
-    res = stale_fact(settings, embedder)
+    try:
+        res = stale_fact(settings, embedder)
+    except Exception as exc:  # noqa: BLE001 - a replay that crashes is a principle not shown, as in replay_all
+        res = IncidentResult(3, "stale fact", "", f"ERROR {type(exc).__name__}: {exc}", getattr(embedder, "id", "?"),
+                             False, "stale")
     group = {k: v for k, v in incident_metrics([res]).items() if k != "principles_holding_share"}
     return group, incident_dict(res)
 

@@ -18,9 +18,9 @@ The dates decide a great deal: score = similarity × 0.5 ** (age / half-life), s
 wins after re-ranking only when s_stale / s_correction > 2 ** (gap / half-life), gap being how much
 older it is. At 29 days and a 14-day half-life that ratio is 4.2, which no pair of cosines reaches.
 So the replay also reports, per variant and from the similarities the real memory measured, the
-**margin** (how much more similar the stale text would have to be to win at the configured gap,
-s_correction × 2 ** (gap / h) − s_stale) and the **break-even gap** h × log2(s_stale / s_correction)
-(the correction wins only when it is more than that many days newer), and re-ranks each variant
+**break-even gap** h × log2(s_stale / s_correction) (the correction wins only when it is more than
+that many days newer), the **margin in days** (the configured gap minus that: days to spare), the
+similarity the stale text lacks at the configured gap, and re-ranks each variant
 with the production ``rerank_by_recency`` over a grid of gaps (``GAPS_DAYS``, the correction a day
 old): figures that depend on the embedder and the texts, not on the dates chosen.
 """
@@ -63,14 +63,27 @@ def _top_texts(settings, embedder, variants, *, add: bool) -> dict[str, list]:
 
 
 def margins(s_stale: float, s_correction: float, gap_days: float, half_life_days: float) -> dict:
-    """The stale statement's distance from winning: ``margin`` = s_correction × 2 ** (gap / h) − s_stale,
-    the similarity it lacks at this gap (< 0: it wins); ``break_even_gap_days`` = h × log2(s_stale /
-    s_correction), the gap past which the correction comes first (0 when the correction is as similar
-    or more: it wins at any gap). Seed: 0.781 vs 0.725 at h 14 gives 1.50 days."""
+    """How far the stale statement is from outranking its correction, ``gap_days`` older:
+
+    - ``break_even_gap_days`` = h × log2(s_stale / s_correction): the correction comes first only when it
+      is more than that many days newer (0 when it is as similar or more: it wins at any gap; None when
+      its similarity is not positive and the stale one's is: no gap makes it win);
+    - ``margin_days`` = gap − break-even gap: days to spare at this gap (< 0: the stale statement wins);
+      comparable across half-lives, unlike a similarity margin, which grows as 2 ** (gap / h);
+    - ``margin`` = s_correction × 2 ** (gap / h) − s_stale: the similarity the stale text lacks to win
+      (kept in the details; above 1 − s_stale no cosine can make it up).
+
+    Seed: 0.781 vs 0.725 at h 14 gives a break-even gap of 1.50 days, 27.5 days to spare at a 29-day gap."""
     ratio = 2 ** (gap_days / half_life_days)
-    be = half_life_days * math.log2(s_stale / s_correction) if s_stale > s_correction > 0 else 0.0
-    return {"margin": round(s_correction * ratio - s_stale, 4), "break_even_gap_days": round(be, 3),
-            "weight_ratio": round(ratio, 4)}
+    if s_stale <= s_correction:
+        be = 0.0
+    elif s_correction <= 0:
+        be = None
+    else:
+        be = half_life_days * math.log2(s_stale / s_correction)
+    return {"margin": round(s_correction * ratio - s_stale, 4), "weight_ratio": round(ratio, 4),
+            "break_even_gap_days": None if be is None else round(be, 3),
+            "margin_days": None if be is None else round(gap_days - be, 3)}
 
 
 def gap_grid(pairs: list[tuple[float, float]], half_life_days: float, gaps=GAPS_DAYS) -> dict[str, int]:
@@ -120,9 +133,10 @@ def stale_fact(settings, embedder) -> IncidentResult:
     scored = [r for r in rows if "margin" in r]
     grid = gap_grid([(r["stale_similarity"], r["correction_similarity"]) for r in scored], h)
     metrics = {}
-    if scored and settings.memory.recency:
-        metrics = {"margin_min": min(r["margin"] for r in scored),
-                   "break_even_gap_max_days": max(r["break_even_gap_days"] for r in scored)}
+    finite = [r for r in scored if r["margin_days"] is not None]
+    if finite and settings.memory.recency:
+        metrics = {"margin_days_min": min(r["margin_days"] for r in finite),
+                   "break_even_gap_max_days": max(r["break_even_gap_days"] for r in finite)}
     measured = (f"stale first by similarity alone in {sum(r['stale_first_before'] for r in rows)}/{n}, "
                 f"correction first with recency (half-life {settings.memory.half_life_days:g} d) in "
                 f"{sum(r['correction_first_after'] for r in rows)}/{n}; a negation is closer than an unrelated "
@@ -133,11 +147,12 @@ def stale_fact(settings, embedder) -> IncidentResult:
                 f"{first['cos_negation']:.2f} vs {first['negation'][2]} {first['cos_unrelated']:.2f})")
     if metrics:
         out_of_reach = all(r["correction_similarity"] * r["weight_ratio"] > 1 for r in scored)
-        measured += (f"; margin at the configured {gap}-day gap (the similarity the stale text lacks to win; "
-                     f"< 0: it wins) {metrics['margin_min']:.2f} to {max(r['margin'] for r in scored):.2f}"
-                     + (" (beyond any cosine: the dates alone decide here)" if out_of_reach else "")
-                     + f"; the correction wins once it is {min(r['break_even_gap_days'] for r in scored):.2f}–"
-                     f"{metrics['break_even_gap_max_days']:.2f} days newer (break-even gap); correction first at a gap "
+        measured += (f"; the correction wins once it is {min(r['break_even_gap_days'] for r in finite):.2f}–"
+                     f"{metrics['break_even_gap_max_days']:.2f} days newer (break-even gap), so at the configured "
+                     f"{gap}-day gap it has {metrics['margin_days_min']:.1f} days to spare at worst"
+                     + (" (the stale text would need a similarity above 1: the dates alone decide here)"
+                        if out_of_reach else "")
+                     + "; correction first at a gap "
                      f"of " + ", ".join(f"{g} d {k}/{len(scored)}" for g, k in grid.items()))
     return IncidentResult(3, "stale fact", SEED, measured, embedder.id, verdict(statuses), PRINCIPLE, **counts(statuses),
                           metrics=metrics,

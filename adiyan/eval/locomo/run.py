@@ -330,6 +330,7 @@ def summary_lines(run_dir: Path) -> list[str]:
                  f"{tm.get('kb_build_s', 0):.1f}s, memory {tm.get('memory_s', 0):.1f}s, kb {tm.get('kb_s', 0):.1f}s); "
                  f"mem0 searches {m['locomo_info'].get('mem0_searches')}; embedding cache {m['cache']['hits']} hits / "
                  f"{m['cache']['misses']} misses")
+    lines += [f"  REGRESSION {r['id']}: {r['reason']}" for r in m.get("regression") or [] if r["status"] == "fail"]
     lines += not_applicable_lines(m)
     lines.append(f"  report: {Path(run_dir) / 'report.html'}")
     return lines
