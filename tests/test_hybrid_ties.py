@@ -19,7 +19,7 @@ from adiyan.factory import open_kb, open_retriever
 from adiyan.retrieval.fusion import rank_order
 from adiyan.types import OWNER
 
-from tests.test_signals import DOCS, PRIVATE
+from tests.test_signals import ingest_all
 
 QUERIES = ["How do I ask for a refund?", "Which lakes can I visit?", "What do I need for the mountain trek?",
            "office deadline", "boots", "When is dinner?", "refund form deadline office"]
@@ -29,13 +29,7 @@ def _built(make_settings, tmp_path, name, monkeypatch, ns):
     monkeypatch.setattr(kbmod, "_POINT_NS", ns)
     s = make_settings(**{"paths.data_dir": str(tmp_path / name), "retrieval.mode": "hybrid",
                          "retrieval.hybrid_prefetch": 20, "retrieval.kb_top_k": 7})
-    kb = open_kb(s, progress=False)
-    for n, text in DOCS.items():
-        kb.ingest_text(text, n, "office", "global")
-    for n, text in PRIVATE.items():
-        kb.ingest_text(text, n, "alice", "private")
-    kb.finish_ingest()
-    return s, kb
+    return s, ingest_all(open_kb(s, progress=False))
 
 
 def test_hybrid_ranking_is_the_same_under_other_point_ids(make_settings, tmp_path, monkeypatch):

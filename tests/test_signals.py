@@ -28,15 +28,19 @@ PRIVATE = {"alice.md": "# Alice's refund\n\nAlice's private note: her refund for
 QUERIES = ["How do I ask for a refund?", "Which lakes can I visit?", "What do I need for the mountain trek?"]
 
 
-def _kb(make_settings, **overrides):
-    s = make_settings(**{"embedder.extra": ["mpnet"], **overrides})
-    kb = open_kb(s, progress=False)
+def ingest_all(kb):
+    """DOCS as the office's global documents, PRIVATE as alice's private ones."""
     for name, text in DOCS.items():
         kb.ingest_text(text, name, "office", "global")
     for name, text in PRIVATE.items():
         kb.ingest_text(text, name, "alice", "private")
     kb.finish_ingest()
-    return s, kb
+    return kb
+
+
+def _kb(make_settings, **overrides):
+    s = make_settings(**{"embedder.extra": ["mpnet"], **overrides})
+    return s, ingest_all(open_kb(s, progress=False))
 
 
 def _z(scores: dict) -> dict:
