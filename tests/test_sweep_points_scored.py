@@ -77,6 +77,7 @@ def test_every_sweep_point_reports_metrics_and_regression_cases(name, tmp_path, 
         assert stale["status"] in ("pass", "fail")  # applies at a half-life point, checked on the replay
     html = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
     assert "Regression cases per point" in html and 'id="unscored"' not in html
+    assert ('id="incident-3"' in html) == (name in HALF_LIFE)  # the half-life sweeps show incident 3 per point
 
 
 def test_an_unscored_point_is_named_by_the_sweep(tmp_path):
