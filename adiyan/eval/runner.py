@@ -42,8 +42,7 @@ from .ir_metrics import backend as ir_backend
 from .floors import floor_effect
 from .reliability import group_line, judged_group, warning_lines, warnings_for
 from .record import RunRecord
-from .regression import (RegressionResult, check, mark_not_replayed, not_applicable, not_applicable_lines,
-                         regression_group)
+from .regression import RegressionResult, not_applicable, not_applicable_lines, run_cases
 from .scorers import ANSWER, CLAIMS, RETRIEVAL_SCORERS, STRINGS, score
 from .scorers import judged as judged_scores
 from . import repeats as repeats_mod
@@ -177,10 +176,8 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
         t0 = time.perf_counter()
         groups["incidents"] = replay(embedder, run_dir)
         timings["incidents_s"] = time.perf_counter() - t0
-    regression = check(groups, embedder.id, es.name)
-    if incidents_why:
-        regression = mark_not_replayed(regression, "the incidents were not replayed")
-    groups["regression"] = regression_group(regression)
+    regression = run_cases(groups, embedder.id, es.name,
+                           incidents_why="the incidents were not replayed" if incidents_why else None)
     timings["total_s"] = time.perf_counter() - t_start
     out = {
         **record.envelope(settings),

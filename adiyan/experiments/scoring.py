@@ -39,7 +39,7 @@ from ..eval.harness import answer_rows
 from ..eval.ragas_metrics import sample_indices, score_non_llm, summarize
 from ..eval.incidents import as_dict as incident_dict
 from ..eval.incidents import IncidentResult, incident_metrics, stale_fact
-from ..eval.regression import check, load_cases, mark_not_replayed, regression_group, run_cases
+from ..eval.regression import load_cases, run_cases
 from ..eval.reliability import judged_group
 from ..eval.scorers import ANSWER_SCORERS, RETRIEVAL_SCORERS, STRINGS, Rows, annotate_answer, hit_rates_at, judged, score
 from ..factory import open_llm
@@ -123,8 +123,7 @@ def score_rows(settings, index, qr, *, answers: dict | None = None, llm=None, an
                      if d.filename not in failed}
         judged_out = judged(settings, es, [r for r in rows if r["id"] in chosen], kb.embedder, progress, doc_texts)
         groups["ragas_llm"] = judged_group(judged_out)
-    results = mark_not_replayed(check(groups, kb.embedder.id, es.name, cases), NOT_REPLAYED)
-    groups["regression"] = regression_group(results)
+    results = run_cases(groups, kb.embedder.id, es.name, incidents_why=NOT_REPLAYED, cases=cases)
     metrics = {f"{g}.{name}": v for g in POINT_GROUPS for name, v in (groups.get(g) or {}).items()}
     metrics["answered_questions"] = float(len(answered))
     per_question = {r["id"]: {f"{group}.{name}": v for group in (STRINGS.group, "claims")
@@ -153,8 +152,8 @@ def score_memory(ranked: dict[str, list[str]], questions: list[dict], evalset_na
     if incidents:
         groups["incidents"] = dict(incidents)  # incident 3 at this point's half-life (replay_stale_fact)
     cases = load_cases(regression_cases) if regression_cases else load_cases()
-    results = mark_not_replayed(check(groups, embedder_id, evalset_name, cases), ONLY_STALE if incidents else NOT_REPLAYED)
-    groups["regression"] = regression_group(results)
+    results = run_cases(groups, embedder_id, evalset_name, incidents_why=ONLY_STALE if incidents else NOT_REPLAYED,
+                        cases=cases)
     metrics = {f"{g}.{name}": v for g in ("ragas", "incidents", "regression") for name, v in (groups.get(g) or {}).items()}
     per_question = {r["id"]: {f"ragas.{name}": per_row[name][i] for name in per_row if name.startswith("id_based")}
                     for i, r in enumerate(rows)}
