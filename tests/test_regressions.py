@@ -154,8 +154,6 @@ NO_OUTPUT_YET = {
     "judge-structured": "45 min of SmolLM2 judging",
     "mem0-infer": "2 h 15 min of mem0 consolidation with SmolLM2",
     "scifact-preset-nomic-hybrid": "40 min cold (nomic over SciFact); not re-run since the output convention",
-    "locomo": "23 min; not re-run since the output convention",
-    "scale-100k": "11 min; not re-run since the output convention",
 }
 
 
