@@ -209,6 +209,17 @@ class MemoryConfig(_Section):
     overfetch_min: int = Field(10, ge=1)
     recency: bool = True
     top_k: int = Field(5, ge=1)
+    # memory search signals (adiyan/retrieval/memory_rank.py): dense = cosine alone (the seed); hybrid =
+    # lexical_weight x BM25 over the user's memories (scaled to the best match) + the rest x cosine
+    search: Literal["dense", "hybrid"] = "hybrid"
+    lexical_weight: float = Field(0.5, ge=0, le=1)
+    # which memories recency decays: all = every memory by its age (the seed's rule); superseded = only a
+    # memory that a newer candidate supersedes (texts' cosine >= supersede_min_similarity, or >= the cue
+    # threshold when the newer text states a change: "now", "instead", "moved", "not", ...), by the gap to
+    # it. Thresholds chosen on LoCoMo's first two conversations (a dev split) with incident 3 held: docs/locomo.md
+    recency_scope: Literal["all", "superseded"] = "superseded"
+    supersede_min_similarity: float = Field(0.8, ge=-1, le=1)
+    supersede_cue_min_similarity: float = Field(0.7, ge=-1, le=1)
     # mem0 consolidation (infer=True): mem0 stores the facts the LLM extracts (held to mem0's schema,
     # adiyan/models/consolidation.py) instead of each message; needs llm.context_size >= 12288 (refused
     # otherwise). None decides by the model's capability (a server model with that window).

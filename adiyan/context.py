@@ -3,14 +3,15 @@ from memory, a rolling window of recent history filtered by relevance to the new
 the message (generation puts the retrieved passages with the grounding instruction before all three).
 
 - **Facts** come from mem0 (:mod:`adiyan.memory`): conversation and coaching memory of the user,
-  each searched with the message and re-ranked by recency (``memory.recency``,
-  ``memory.half_life_days``). A conversation fact is kept when its cosine with the message reaches
+  each searched with the message and ranked as :meth:`adiyan.memory.Memory.search` ranks
+  (``memory.search``; recency by ``memory.recency_scope``: by default only a fact a newer one
+  supersedes is decayed, by ``memory.half_life_days``). A conversation fact is kept when its cosine with the message reaches
   ``conversation.facts_min_similarity``. Coaching preferences say how to answer, not what, so they
   are not searched by topic: every preference of the user (the newest ``memory.top_k``) competes by
   its recency weight alone. Within a kind, a fact is kept only when its score is at least
   ``conversation.facts_min_relative`` of the best one's: this is what keeps a corrected fact's
-  stale version out (the correction is as similar and much newer), and why recency matters (with
-  ``memory.recency`` off every weight is 1 and both versions stay).
+  stale version out (once superseded it is decayed by the gap to its correction), and why recency
+  matters (with ``memory.recency`` off every weight is 1 and both versions stay).
   Facts dated after the turn (a replay's later turns) are never used.
 - **History**: the last ``conversation.history_window`` turns, each kept when its cosine with
   the new message (or with its standalone rewrite, when the retrieval made one: "and how much

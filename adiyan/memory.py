@@ -33,9 +33,12 @@ How mem0 (mem0ai 2.2.x) is wired, all offline:
 * **Telemetry** off (``MEM0_TELEMETRY=False`` before mem0 is imported); mem0's home
   (``MEM0_DIR``, where it writes an anonymous id) is ``<cache_dir>/mem0`` unless already set.
 
-Search over-fetches ``max(factor * k, min)`` candidates from mem0 and re-ranks them by
-similarity x 0.5 ** (age_days / half_life) (:mod:`adiyan.retrieval.recency`); with recency off
-it returns the top k by similarity.
+Search over-fetches ``max(factor * k, min)`` candidates from mem0 (joined in hybrid search,
+``memory.search``, by as many from BM25 over the user's own memories) and ranks them with
+:func:`adiyan.retrieval.memory_rank.rank_memories`: the signals fused, then the recency weight
+0.5 ** (days / half_life) applied to every memory by its age (``memory.recency_scope=all``, the seed)
+or only to a memory a newer candidate supersedes, by the gap (``superseded``, the default); with
+recency off and dense search it returns the top k by similarity.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .cache import CallCache, embedder_identity
 from .cache import call_cache as make_call_cache
 from .models import embedder_from_settings, llm_from_settings
@@ -58,7 +63,9 @@ from .models.consolidation import (  # noqa: F401 - re-exported: the memory's co
     CONSOLIDATION_MAX_TOKENS, MEM0_FACTS_SCHEMA, MIN_CONSOLIDATION_CONTEXT, ConsolidationStats, Consolidator,
     consolidation_capable, consolidation_identity, resolve_infer,
 )
-from .retrieval.recency import age_days, overfetch_size, parse_timestamp, rerank_by_recency, to_utc_iso
+from .retrieval.bm25 import BM25Retriever
+from .retrieval.memory_rank import Candidate, rank_memories, with_lexical
+from .retrieval.recency import overfetch_size, parse_timestamp, to_utc_iso
 from .store.base import CollectionMeta, EmbedderMismatchError, StoreError
 
 KINDS = ("conversation", "coaching")
@@ -81,11 +88,15 @@ class MemoryHit:
     age_days: float = 0.0
     kind: str = "conversation"
     metadata: dict = field(default_factory=dict, compare=False)
+    lexical: float = 0.0  # hybrid search: BM25 / the best BM25 among the user's memories (0 in dense search)
+    superseded_by: str | None = None  # recency_scope=superseded: the newer memory that decayed this one
 
     def as_dict(self) -> dict:
         return {"id": self.id, "text": self.text, "similarity": round(self.similarity, 6),
                 "weight": round(self.weight, 6), "score": round(self.score, 6), "created_at": self.created_at,
-                "age_days": round(self.age_days, 3), "kind": self.kind, "metadata": self.metadata}
+                "age_days": round(self.age_days, 3), "kind": self.kind, "metadata": self.metadata,
+                **({"lexical": round(self.lexical, 6)} if self.lexical else {}),
+                **({"superseded_by": self.superseded_by} if self.superseded_by else {})}
 
 
 @dataclass(frozen=True)
@@ -223,7 +234,9 @@ class Memory:
                  api_key: str | None = None, history_dir: str | os.PathLike, collection_prefix: str = "adiyan_",
                  llm: Any = None, infer: bool = False, half_life_days: float = 14.0, overfetch_factor: int = 3, default_k: int = DEFAULT_TOP_K,
                  overfetch_min: int = 10, recency: bool = True, mem0_home: str | os.PathLike = ".cache/adiyan/mem0",
-                 call_cache: CallCache | None = None):
+                 call_cache: CallCache | None = None, search: str = "hybrid", lexical_weight: float = 0.5,
+                 recency_scope: str = "superseded", supersede_min_similarity: float = 0.8,
+                 supersede_cue_min_similarity: float | None = 0.7):
         """``path`` (local Qdrant folder) or ``url`` (Qdrant server); ``llm`` an adiyan LLM or a
         zero-argument loader, used only when ``infer`` is on; ``call_cache`` keeps its schema-valid
         consolidation replies by prompt hash."""
@@ -237,6 +250,14 @@ class Memory:
         self.overfetch_factor = int(overfetch_factor)
         self.overfetch_min = int(overfetch_min)
         self.recency = bool(recency)
+        self.search_mode = str(search)
+        self.lexical_weight = float(lexical_weight)
+        self.recency_scope = str(recency_scope)
+        self.supersede_min_similarity = float(supersede_min_similarity)
+        self.supersede_cue_min_similarity = (None if supersede_cue_min_similarity is None
+                                             else float(supersede_cue_min_similarity))
+        self._lexical_index: dict[tuple[str, str], tuple[tuple, Any, dict]] = {}  # (user, kind) -> (state, BM25, records)
+        self._writes = 0  # adds and deletes through this object: a lexical index older than the last is rebuilt
         self.infer = bool(infer)
         self.has_llm = llm is not None
         self.collection_prefix = collection_prefix
@@ -324,7 +345,9 @@ class Memory:
         return cls(embedder, **where, history_dir=data_dir / "memory", collection_prefix=sc.collection_prefix,
                    llm=llm_arg, infer=bool(infer), half_life_days=mc.half_life_days, default_k=mc.top_k,
                    overfetch_factor=mc.overfetch_factor, overfetch_min=mc.overfetch_min, recency=mc.recency,
-                   mem0_home=Path(settings.paths.cache_dir) / "mem0",
+                   search=mc.search, lexical_weight=mc.lexical_weight, recency_scope=mc.recency_scope,
+                   supersede_min_similarity=mc.supersede_min_similarity,
+                   supersede_cue_min_similarity=mc.supersede_cue_min_similarity, mem0_home=Path(settings.paths.cache_dir) / "mem0",
                    call_cache=make_call_cache(settings, "mem0") if infer else None)
 
     def collection(self, kind: str) -> str:
@@ -389,6 +412,7 @@ class Memory:
         from mem0.exceptions import LLMError  # heavy: mem0 (already loaded by the constructor)
 
         self._consolidator.observation_date = meta["created_at"][:10]
+        self._writes += 1
         try:
             out = self._mem(kind).add([{"role": role, "content": text}], user_id=user_id, metadata=meta,
                                       infer=use_infer)
@@ -404,37 +428,94 @@ class Memory:
                recency: bool | None = None, now: str | datetime | None = None) -> list[MemoryHit]:
         """The ``k`` memories of ``user_id`` best matching ``query``, best first.
 
-        With recency (the default from ``memory.recency``): fetch max(factor*k, min) by
-        similarity, score each by similarity * 0.5 ** (age_days / half_life), keep the top k.
-        Without: the top k by similarity (weight 1.0).
+        Candidates: max(factor*k, min) by similarity from mem0 (``memory.search=dense``), joined in
+        hybrid search by as many by BM25 over the user's memories; with recency off and dense search,
+        the top k by similarity. They are scored and ordered by
+        :func:`adiyan.retrieval.memory_rank.rank_memories` (the signals fused, then the recency weight
+        of ``memory.recency_scope``: every memory by its age, or only a superseded one by its gap).
         """
         k = self.default_k if k is None else int(k)
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         use_recency = self.recency if recency is None else bool(recency)
         now_dt = parse_timestamp(now) if now is not None else datetime.now(timezone.utc)
-        fetch = overfetch_size(k, self.overfetch_factor, self.overfetch_min) if use_recency else k
-        out = self._mem(kind).search(query, top_k=fetch, filters={"user_id": user_id}, threshold=0.0,
+        wide = use_recency or self.search_mode == "hybrid"
+        fetch = overfetch_size(k, self.overfetch_factor, self.overfetch_min) if wide else k
+        dense = self.dense_candidates(query, user_id=user_id, kind=kind, depth=fetch)
+        return self.rank(query, dense, user_id=user_id, kind=kind, k=k, recency=use_recency, now=now_dt, depth=fetch)
+
+    def dense_candidates(self, query: str, *, user_id: str, kind: str, depth: int) -> list[Candidate]:
+        """The ``depth`` memories of ``user_id`` most similar to ``query`` (mem0's cosine), best first."""
+        out = self._mem(kind).search(query, top_k=depth, filters={"user_id": user_id}, threshold=0.0,
                                      explain=True)
-        candidates = []
+        cands = []
         for r in out.get("results", []):
             details = r.get("score_details") or {}
             sim = float(details.get("semantic_score", r.get("score") or 0.0))
             created = r.get("created_at")
             if not created:
                 raise StoreError(f"memory {r.get('id')} in {self.collection(kind)!r} has no created_at")
-            candidates.append({"r": r, "similarity": sim, "created_at": to_utc_iso(created)})
+            cands.append(Candidate(str(r["id"]), r.get("memory", ""), sim, to_utc_iso(created),
+                                   dict(r.get("metadata") or {})))
         # mem0 orders by its hybrid score; the plain order here is by similarity alone (stable).
-        candidates.sort(key=lambda c: c["similarity"], reverse=True)
-        if use_recency:
-            ranked = rerank_by_recency(candidates, now=now_dt, half_life_days=self.half_life_days, k=k,
-                                       timestamp=lambda c: c["created_at"], score=lambda c: c["similarity"])
-        else:
-            ranked = [(c, c["similarity"], 1.0, age_days(c["created_at"], now_dt)) for c in candidates[:k]]
-        return [MemoryHit(text=c["r"].get("memory", ""), similarity=c["similarity"], weight=weight, score=final,
-                          created_at=c["created_at"], id=str(c["r"]["id"]), age_days=age, kind=kind,
-                          metadata=dict(c["r"].get("metadata") or {}))
-                for c, final, weight, age in ranked]
+        cands.sort(key=lambda c: c.similarity, reverse=True)
+        return cands
+
+    def lexical_scores(self, query: str, user_id: str, kind: str = "conversation") -> tuple[dict[str, float], dict]:
+        """({memory id: BM25 score > 0} over every memory of ``user_id`` of this kind, {id: MemoryRecord}).
+        The BM25 index is built once per (user, kind) and rebuilt after this memory writes, and on a Qdrant
+        server (which other processes may write to) also when the user's count of memories changes; local
+        mode locks its folder to one process, and counting there scans every payload in Python."""
+        n = (self._writes, self._count_points(user_id, kind) if self.engine == "server" else None)
+        held = self._lexical_index.get((user_id, kind))
+        if held is None or held[0] != n:
+            recs = self.all(user_id, kind)
+            bm = BM25Retriever().index([r.id for r in recs], [r.text for r in recs]) if recs else None
+            held = (n, bm, {r.id: r for r in recs})
+            self._lexical_index[(user_id, kind)] = held
+        _, bm, recs = held
+        if bm is None:
+            return {}, recs
+        s = bm.scores(query)
+        return {bm.ids[i]: float(s[i]) for i in np.flatnonzero(s > 0)}, recs
+
+    def _count_points(self, user_id: str, kind: str) -> int:
+        from qdrant_client import models as qm  # heavy: the Qdrant client, loaded with the Memory already
+
+        flt = qm.Filter(must=[qm.FieldCondition(key="user_id", match=qm.MatchValue(value=user_id))])
+        return int(self.client.count(self.collection(kind), count_filter=flt, exact=True).count)
+
+    def _unit_vectors(self, texts: list[str], task: str) -> np.ndarray:
+        v = np.asarray(self.embedder.embed(list(texts), task), dtype=np.float32)
+        n = np.linalg.norm(v, axis=1, keepdims=True)
+        return v / np.where(n == 0, 1.0, n)
+
+    def rank(self, query: str, dense: list[Candidate], *, user_id: str, kind: str, k: int, recency: bool,
+             now: datetime, depth: int) -> list[MemoryHit]:
+        """The top ``k`` hits from ``dense`` (the similarity candidates, best first): joined in hybrid search
+        by the ``depth`` best BM25 matches, then ranked by :func:`rank_memories` with this memory's settings."""
+        cands = list(dense[:depth])
+        if self.search_mode == "hybrid":
+            scores, recs = self.lexical_scores(query, user_id, kind)
+            have = {c.id for c in cands}
+            extra = [recs[i] for i in sorted(scores, key=lambda i: (-scores[i], i))[:depth] if i not in have]
+            if extra:
+                q = self._unit_vectors([query], "query")[0]
+                sims = self._unit_vectors([r.text for r in extra], "document") @ q
+                cands += [Candidate(r.id, r.text, float(s), r.created_at, dict(r.metadata)) for r, s in zip(extra, sims)]
+            cands = with_lexical(cands, scores)
+        vectors = None
+        if recency and self.recency_scope == "superseded" and len(cands) > 1:
+            vectors = self._unit_vectors([c.text for c in cands], "document")
+        ranked = rank_memories(cands, now=now, k=k, search=self.search_mode, lexical_weight=self.lexical_weight,
+                               recency=recency, scope=self.recency_scope, half_life_days=self.half_life_days,
+                               vectors=vectors, supersede_min_similarity=self.supersede_min_similarity,
+                               supersede_cue_min_similarity=self.supersede_cue_min_similarity)
+        return [MemoryHit(text=r.candidate.text, similarity=r.candidate.similarity, weight=r.weight, score=r.score,
+                          created_at=r.candidate.created_at, id=r.candidate.id, age_days=r.age_days, kind=kind,
+                          metadata=dict(r.candidate.metadata), lexical=r.candidate.lexical,
+                          superseded_by=r.superseded_by)
+                for r in ranked]
 
     def all(self, user_id: str, kind: str = "conversation") -> list[MemoryRecord]:
         """Every memory of ``user_id`` of this kind, oldest first."""
@@ -449,6 +530,7 @@ class Memory:
         """Forget every memory of ``user_id`` of this kind; returns how many there were."""
         n = len(self.all(user_id, kind))
         if n:
+            self._writes += 1
             self._mem(kind).delete_all(user_id=user_id)
         return n
 

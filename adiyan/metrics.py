@@ -215,6 +215,9 @@ REGISTRY: tuple[Metric, ...] = (
        description="days the correction is newer than it needs to be to come first, worst variant (< 0: the stale wins)"),
     _m("incidents", "{n}_{name}_break_even_gap_max_days", LOWER, lo=0.0,
        description="days newer the correction must be to come first, worst variant"),
+    _m("incidents", "{n}_{name}_detection_margin_min", HIGHER, lo=-2.0, hi=2.0,
+       description="memory.recency_scope=superseded: the pair's cosine minus the supersession threshold, worst "
+                   "variant (< 0: the correction is not found to supersede, so the stale statement is not decayed)"),
     _m("incidents", "chunk_dilution_before", NEUTRAL, lo=-1.0, hi=1.0, description="the fact's cosine with heading-blind chunks"),
     _m("incidents", "chunk_dilution_after", HIGHER, lo=-1.0, hi=1.0, description="the fact's cosine with structural chunks"),
     _m("regression", "{id}", HIGHER, **_UNIT, description="1 when the regression case passes, 0 when it fails"),

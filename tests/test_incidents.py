@@ -15,6 +15,7 @@ import pytest
 import adiyan.kb
 import adiyan.kb.signals
 import adiyan.memory
+import adiyan.retrieval.memory_rank
 from adiyan.agent import TIERS
 from adiyan.eval import incidents as I
 from adiyan.eval.incidents import IncidentResult, format_table, incident_metrics, replay_all, summary
@@ -226,12 +227,13 @@ def test_stale_fact_holds(settings, minilm):
     assert not [k for k in r.details if k.startswith("project_")]  # no other model's figure written as this run's
     assert r.details["seed_constants"]["cos_teal_not_teal"] == 0.86 and "constant" in r.details["seed_constants"]["source"]
     assert r.basis == "production configuration" and r.status == "holds"
-    # issue 44.7: the margin and break-even gap come from the similarities measured, not from the dates
+    # issue 44.7: the margin and break-even gap come from the scores measured (the configured search without
+    # time: the hybrid fusion by default), not from the dates
     col = rows["colour"]
     ratio = 2 ** (29 / 14)
-    assert col["margin"] == pytest.approx(col["correction_similarity"] * ratio - col["stale_similarity"], abs=1e-3)
+    assert col["margin"] == pytest.approx(col["correction_base"] * ratio - col["stale_base"], abs=1e-3)
     assert col["break_even_gap_days"] == pytest.approx(
-        14 * np.log2(col["stale_similarity"] / col["correction_similarity"]), abs=1e-2)
+        14 * np.log2(col["stale_base"] / col["correction_base"]), abs=1e-2)
     assert col["margin_days"] == pytest.approx(29 - col["break_even_gap_days"], abs=1e-3)
     assert r.metrics["margin_days_min"] == min(v["margin_days"] for v in rows.values())
     grid = r.details["gap_grid_days"]
@@ -239,6 +241,24 @@ def test_stale_fact_holds(settings, minilm):
     # each grid cell agrees with the break-even gaps: the correction is first exactly where gap > g*
     for gap, first in grid.items():
         assert first == sum(float(gap) > v["break_even_gap_days"] for v in rows.values()), gap
+    # issue 43: recency decays only a superseded statement; every correction was found to supersede its
+    # statement, by the pair's cosine (computed here by hand) over the threshold that applies
+    specs = {v["id"]: v for v in I.stale.load_spec("stale_fact.yaml")["variants"]}
+    for vid, row in rows.items():
+        a, b = minilm.embed([specs[vid]["stale"], specs[vid]["correction"]], "document")
+        cos = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+        need = 0.7 if row["change_cue"] else 0.8
+        assert row["pair_cosine"] == pytest.approx(cos, abs=1e-4) and row["supersede_threshold"] == need
+        assert row["detected"] and row["detection_margin"] == pytest.approx(cos - need, abs=1e-4)
+    assert r.metrics["detection_margin_min"] == min(v["detection_margin"] for v in rows.values()) > 0
+
+
+def test_stale_fact_with_the_seeds_memory_holds_by_decaying_everything(settings, minilm):
+    """The seed's rule (dense search, every memory decayed by its age) still holds, and reports no detection."""
+    r = I.stale_fact(settings.with_overrides({"memory.search": "dense", "memory.recency_scope": "all"}), minilm)
+    assert r.holds is True and r.variants_text == "7/7 variants" and "detection_margin_min" not in r.metrics
+    rows = {v["id"]: v for v in r.details["variants"]}
+    assert all(v["stale_base"] == v["stale_similarity"] for v in rows.values())  # dense: the base is the cosine
 
 
 def test_stale_fact_margin_by_hand():
@@ -255,12 +275,12 @@ def test_stale_fact_margin_by_hand():
 
 @pytest.mark.slow
 def test_stale_fact_fails_without_recency_reranking(settings, minilm, monkeypatch):
-    def similarity_only(candidates, *, now, half_life_days, k, timestamp, score):  # recency, removed
-        return [(c, score(c), 1.0, 0.0) for c in candidates[:k]]
-
-    monkeypatch.setattr(adiyan.memory, "rerank_by_recency", similarity_only)
-    r = I.stale_fact(settings, minilm)
+    # a test double for control flow: the recency weight removed from the production ranking
+    monkeypatch.setattr(adiyan.retrieval.memory_rank, "recency_weight", lambda age, half_life: 1.0)
+    r = I.stale_fact(settings.with_overrides({"memory.search": "dense"}), minilm)
     assert r.holds is False and r.violated == 7
+    r = I.stale_fact(settings, minilm)  # hybrid search alone puts 2 corrections first (they repeat the words)
+    assert r.holds is False and r.violated == 5
 
 
 # -- the verdict, the table and the metrics -------------------------------------------------------

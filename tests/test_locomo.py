@@ -96,7 +96,9 @@ def fixture_rows(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("locomo")
     s = load_settings(None, {"paths.data_dir": str(tmp / "data"), "paths.cache_dir": str(tmp / "cache"),
                              "paths.reports_dir": str(tmp / "reports"), "paths.models_dir": str(MODEL_DIR),
-                             "retrieval.use_calibrated_floors": False}, environ={})
+                             "retrieval.use_calibrated_floors": False,
+                             # the seed's memory (cosine, every memory decayed): the figures below are by hand
+                             "memory.search": "dense", "memory.recency_scope": "all"}, environ={})
     emb = open_embedder(s, progress=False)
     rows, info = evaluate(s, load_locomo(FIXTURE), emb)
     return s, {r["id"]: r for r in rows}, info, emb
@@ -131,12 +133,16 @@ def test_memory_by_similarity_and_the_kb_rank_as_exact_dense_search(fixture_rows
     assert info["mem0_searches"] == 5  # one similarity search per question serves every k and recency
 
 
-def test_candidate_memory_returns_what_memory_search_returns(fixture_rows):
+@pytest.mark.parametrize("memory_cfg", [{}, {"memory.search": "hybrid", "memory.recency_scope": "superseded"}],
+                         ids=["seed", "default"])
+def test_candidate_memory_returns_what_memory_search_returns(fixture_rows, memory_cfg):
     s, _, _, minilm = fixture_rows
+    s = s.with_overrides(memory_cfg)
     ls = load_locomo(FIXTURE)
     (c,) = ls.conversations
     memory, folder, built = P.memory_store(s, ls, minilm)
     assert built == 0.0  # the module fixture built it; this run reuses it
+    assert (memory.search_mode, memory.recency_scope) == (s.memory.search, s.memory.recency_scope)
     try:
         cm = P.CandidateMemory(memory, depth=20)
         for q in c.questions:

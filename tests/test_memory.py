@@ -39,10 +39,13 @@ def open_memory(make_settings):
         mem.close()
 
 
+SEED = {"memory__search": "dense", "memory__recency_scope": "all"}  # the seed's memory: cosine, every memory decayed
+
+
 @pytest.mark.parametrize("model", ["minilm", "nomic"])
 def test_stale_fact_replay(request, open_memory, model):
     emb = request.getfixturevalue(model)
-    mem = open_memory(emb)
+    mem = open_memory(emb, **SEED)
     assert mem.half_life_days == HALF_LIFE and not mem.infer
     stale_id = mem.add(STALE, user_id="alice", created_at=ago(30))
     fix_id = mem.add(CORRECTION, user_id="alice", created_at=ago(1))
@@ -75,8 +78,29 @@ def test_stale_fact_replay(request, open_memory, model):
     assert ranked[0].created_at == ago(1).isoformat()
 
 
+@pytest.mark.parametrize("model", ["minilm", "nomic"])
+def test_stale_fact_with_the_default_memory_decays_only_the_superseded_statement(request, open_memory, model):
+    """The default (hybrid search, recency_scope=superseded): the correction supersedes the statement
+    (cosine >= 0.7 with a change cue), so the statement is decayed by the 29-day gap and the correction
+    keeps weight 1; an unrelated memory 200 days old is not decayed at all."""
+    emb = request.getfixturevalue(model)
+    mem = open_memory(emb)
+    assert (mem.search_mode, mem.recency_scope) == ("hybrid", "superseded")
+    stale_id = mem.add(STALE, user_id="alice", created_at=ago(30))
+    fix_id = mem.add(CORRECTION, user_id="alice", created_at=ago(1))
+    old_id = mem.add("I was born in Porto and grew up by the river.", user_id="alice", created_at=ago(200))
+    ranked = mem.search(QUERY, user_id="alice", k=3, now=NOW)
+    by_id = {h.id: h for h in ranked}
+    assert ranked[0].id == fix_id and by_id[fix_id].weight == 1.0
+    assert by_id[stale_id].superseded_by == fix_id
+    assert by_id[stale_id].weight == pytest.approx(0.5 ** (29 / HALF_LIFE), abs=1e-12)
+    assert by_id[old_id].weight == 1.0 and by_id[old_id].superseded_by is None
+    for h in ranked:  # score = (0.5 BM25 share + 0.5 cosine) x weight
+        assert h.score == pytest.approx((0.5 * h.lexical + 0.5 * h.similarity) * h.weight, abs=1e-9)
+
+
 def test_overfetch_brings_a_newer_statement_into_the_top_k(open_memory, minilm):
-    mem = open_memory(minilm)
+    mem = open_memory(minilm, **SEED)
     # Four stale statements, each more similar to the query than the correction (on minilm).
     stale = ["My favourite colour is teal.", "My favourite colour is definitely teal.",
              "My favourite colour is teal!", "My favourite colour? Teal."]

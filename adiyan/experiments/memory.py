@@ -124,8 +124,7 @@ def memory_store(settings, es: MemoryEvalset, embedder, *, progress: bool = Fals
         key["consolidation"] = consolidation_identity(settings)
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", embedder.id)
     kdir = Path(settings.paths.data_dir) / "sweep" / "memory" / f"v{es.version}-{slug}-{_sha(key)[:12]}"
-    mc = settings.memory
-    wanted = (mc.half_life_days, mc.recency, mc.overfetch_factor, mc.overfetch_min, mc.top_k)
+    wanted = json.dumps(settings.memory.model_dump(), sort_keys=True, default=str)  # every memory.* setting
     memo_key = str(kdir.resolve())
     with _LOCK:
         held = _OPEN.get(memo_key)

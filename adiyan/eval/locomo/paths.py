@@ -31,7 +31,6 @@ import hashlib
 import json
 import re
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -43,7 +42,8 @@ from ...kb import IngestError, IngestItem
 from ...memory import MemoryHit, consolidation_identity, resolve_infer
 from ...retrieval.bm25 import BM25Retriever
 from ...retrieval.dense import ExactDenseIndex, embed_queries, embed_texts
-from ...retrieval.recency import age_days, overfetch_size, parse_timestamp, rerank_by_recency
+from ...retrieval.memory_rank import Candidate
+from ...retrieval.recency import overfetch_size, parse_timestamp
 from ..harness import build_once
 from .data import Conversation, LocomoSet
 
@@ -128,68 +128,55 @@ def memory_store(settings, ls: LocomoSet, embedder, *, progress: bool = False):
     return _open_memory_at(settings, kdir, embedder), kdir, built_s
 
 
-@dataclass
-class _Cand:
-    id: str
-    text: str
-    similarity: float
-    created_at: str
-    metadata: dict
-
-
 class CandidateMemory:
     """A :class:`Memory` whose conversation-memory searches are answered from one similarity
-    search per (user, query) to ``depth``, re-ranked exactly as :meth:`Memory.search` does
-    (similarity order, then ``rerank_by_recency`` over the first ``overfetch_size(k)``); a search
-    needing more than ``depth`` candidates goes to mem0. Anything else is the memory's own."""
+    search per (user, query) to ``depth``, ranked by the memory's own :meth:`Memory.rank` (so with its
+    ``memory.search`` and recency settings, exactly as :meth:`Memory.search` ranks); a search needing
+    more than ``depth`` candidates goes to mem0. Anything else is the memory's own."""
 
     def __init__(self, memory, depth: int = CANDIDATE_DEPTH, cache_file: Path | None = None):
         self.memory, self.depth, self.cache_file = memory, int(depth), cache_file
         self.searches = 0  # mem0 searches actually made
         self.search_s = 0.0
-        self._cands: dict[str, list[_Cand]] = {}
+        self._cands: dict[str, list[Candidate]] = {}
         if cache_file is not None and cache_file.is_file():
             raw = json.loads(cache_file.read_text(encoding="utf-8"))
             if raw.get("depth") == self.depth:
-                self._cands = {k: [_Cand(**c) for c in v] for k, v in raw["candidates"].items()}
+                self._cands = {k: [Candidate(**c) for c in v] for k, v in raw["candidates"].items()}
         self._loaded = len(self._cands)
 
     def __getattr__(self, name):
         return getattr(self.memory, name)
 
-    def candidates(self, query: str, user_id: str) -> list[_Cand]:
+    def candidates(self, query: str, user_id: str) -> list[Candidate]:
         key = f"{user_id}\x00{query}"
         if key not in self._cands:
             t0 = time.perf_counter()
-            hits = self.memory.search(query, user_id=user_id, k=self.depth, recency=False)
+            self._cands[key] = self.memory.dense_candidates(query, user_id=user_id, kind="conversation",
+                                                            depth=self.depth)
             self.search_s += time.perf_counter() - t0
             self.searches += 1
-            self._cands[key] = [_Cand(h.id, h.text, h.similarity, h.created_at, dict(h.metadata)) for h in hits]
         return self._cands[key]
 
     def search(self, query: str, *, user_id: str, k: int | None = None, kind: str = "conversation",
                recency: bool | None = None, now=None) -> list[MemoryHit]:
         k = self.memory.default_k if k is None else int(k)
         use_recency = self.memory.recency if recency is None else bool(recency)
-        fetch = overfetch_size(k, self.memory.overfetch_factor, self.memory.overfetch_min) if use_recency else k
+        wide = use_recency or self.memory.search_mode == "hybrid"
+        fetch = overfetch_size(k, self.memory.overfetch_factor, self.memory.overfetch_min) if wide else k
         if kind != "conversation" or fetch > self.depth or k < 1:
             return self.memory.search(query, user_id=user_id, k=k, kind=kind, recency=recency, now=now)
         now_dt = parse_timestamp(now) if now is not None else datetime.now(timezone.utc)
-        cands = self.candidates(query, user_id)[:fetch]
-        if use_recency:
-            ranked = rerank_by_recency(cands, now=now_dt, half_life_days=self.memory.half_life_days, k=k,
-                                       timestamp=lambda c: c.created_at, score=lambda c: c.similarity)
-        else:
-            ranked = [(c, c.similarity, 1.0, age_days(c.created_at, now_dt)) for c in cands[:k]]
-        return [MemoryHit(text=c.text, similarity=c.similarity, weight=w, score=s, created_at=c.created_at, id=c.id,
-                          age_days=a, kind=kind, metadata=dict(c.metadata)) for c, s, w, a in ranked]
+        return self.memory.rank(query, self.candidates(query, user_id), user_id=user_id, kind=kind, k=k,
+                                recency=use_recency, now=now_dt, depth=fetch)
 
     def save(self) -> None:
         if self.cache_file is None or len(self._cands) == self._loaded:
             return
         tmp = self.cache_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"depth": self.depth, "candidates": {
-            k: [c.__dict__ for c in v] for k, v in self._cands.items()}}), encoding="utf-8")
+            k: [{"id": c.id, "text": c.text, "similarity": c.similarity, "created_at": c.created_at,
+                 "metadata": c.metadata} for c in v] for k, v in self._cands.items()}}), encoding="utf-8")
         tmp.replace(self.cache_file)
 
 

@@ -1,0 +1,152 @@
+"""How memory candidates are scored and ordered: the signals fused, then time applied where it is meant.
+
+One function, :func:`rank_memories`, serves :meth:`adiyan.memory.Memory.search` and the LoCoMo
+candidate replay (:class:`adiyan.eval.locomo.paths.CandidateMemory`), so both rank alike.
+
+**Signals** (``memory.search``):
+
+* ``dense``: the cosine of query and memory (mem0's semantic score), as the seed did;
+* ``hybrid``: ``memory.lexical_weight`` x BM25 + (1 - that) x cosine, BM25 over the user's own
+  memories of that kind (Lucene BM25, :class:`adiyan.retrieval.bm25.BM25Retriever`) divided by the
+  best BM25 score among them for this query (so 1.0 for the best lexical match, 0 for a memory
+  sharing no term). A convex fusion keeps the score on the cosine's scale, so the three-part
+  context's thresholds (``conversation.facts_min_*``) read the same either way.
+
+**Time** (``memory.recency`` and ``memory.recency_scope``), weight w in (0, 1], score = fused x w:
+
+* recency off: w = 1 for every memory;
+* ``all`` (the seed's rule): w = 0.5 ** (age / half-life) for every memory, age measured to ``now``.
+  It puts a correction above what it corrects, and it also buries every old memory nothing replaced;
+* ``superseded``: w = 1 unless a newer candidate of the same user *supersedes* the memory: their
+  texts' cosine reaches ``memory.supersede_min_similarity`` (the same subject, said again), or the
+  newer text states a change (:data:`CHANGE_CUES`: "now", "instead", "moved", "no longer", "not", ...)
+  and their cosine reaches the lower ``memory.supersede_cue_min_similarity`` (a correction rarely
+  repeats what it corrects: "Change of plan: I now fly out on the 14th"). A superseded memory
+  gets w = 0.5 ** (gap / half-life), gap = days from it to its newest superseder: the seed's decay,
+  measured from the correction rather than from today, and applied only where a newer statement exists.
+
+Superseders are looked for among the candidates of this query only (both must be relevant to it), so
+the cost is one embedding lookup per candidate (the embedding cache holds them) and a small matrix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Sequence
+
+import numpy as np
+
+from .recency import SECONDS_PER_DAY, age_days, parse_timestamp, recency_weight
+
+SEARCH_MODES = ("dense", "hybrid")
+# Words and phrases by which a statement says that something changed or was wrong (English).
+CHANGE_CUES = ("now", "new", "instead", "moved", "move", "changed", "change", "changes", "switched", "switch",
+               "update", "updated", "rebooked", "rescheduled", "shifting", "shifted", "no longer", "any more",
+               "anymore", "not", "actually", "correction", "from now on", "from next", "starting", "replaced")
+_CUE_RE = re.compile(r"\b(?:" + "|".join(re.escape(c).replace(r"\ ", r"\s+") for c in CHANGE_CUES) + r")\b",
+                     re.IGNORECASE)
+
+
+def states_change(text: str) -> bool:
+    """Whether ``text`` carries a change cue (:data:`CHANGE_CUES`, whole words, any case)."""
+    return bool(_CUE_RE.search(text or ""))
+RECENCY_SCOPES = ("all", "superseded")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One memory before ranking: its cosine with the query and, in hybrid search, its BM25 score."""
+
+    id: str
+    text: str
+    similarity: float
+    created_at: str  # UTC ISO-8601
+    metadata: dict = field(default_factory=dict, compare=False)
+    lexical: float = 0.0  # BM25 / the best BM25 of the user's memories for this query (0..1)
+
+
+@dataclass(frozen=True)
+class Ranked:
+    candidate: Candidate
+    score: float  # fused x weight: the order
+    weight: float
+    age_days: float
+    fused: float  # the score before time
+    superseded_by: str | None = None  # id of the newest candidate that supersedes this one
+
+
+def fuse(c: Candidate, search: str, lexical_weight: float) -> float:
+    """The candidate's score before time: its cosine (dense) or the convex mix with BM25 (hybrid)."""
+    if search == "dense":
+        return float(c.similarity)
+    if search == "hybrid":
+        return float(lexical_weight) * float(c.lexical) + (1.0 - float(lexical_weight)) * float(c.similarity)
+    raise ValueError(f"memory.search must be one of {SEARCH_MODES}, got {search!r}")
+
+
+def supersessions(cands: Sequence[Candidate], vectors: np.ndarray, min_similarity: float,
+                  cue_min_similarity: float | None = None) -> dict[int, int]:
+    """{i: j}: candidate i is superseded by j, the newest candidate created strictly after i whose text's
+    cosine with i's reaches ``min_similarity``, or ``cue_min_similarity`` when j's text states a change
+    (:func:`states_change`). ``vectors`` are the candidates' L2-normalised text vectors."""
+    if len(cands) < 2:
+        return {}
+    v = np.asarray(vectors, dtype=np.float32)
+    if v.shape[0] != len(cands):
+        raise ValueError(f"supersessions: {len(cands)} candidates but {v.shape[0]} vectors")
+    sims = v @ v.T
+    times = [parse_timestamp(c.created_at) for c in cands]
+    cue = cue_min_similarity if cue_min_similarity is not None else min_similarity
+    need = [min(min_similarity, cue) if states_change(c.text) else min_similarity for c in cands]
+    out: dict[int, int] = {}
+    for i in range(len(cands)):
+        newer = [j for j in range(len(cands)) if times[j] > times[i] and sims[i, j] >= need[j]]
+        if newer:
+            out[i] = max(newer, key=lambda j: (times[j], -j))
+    return out
+
+
+def rank_memories(cands: Sequence[Candidate], *, now: str | datetime, k: int | None, search: str = "dense",
+                  lexical_weight: float = 0.5, recency: bool = True, scope: str = "all",
+                  half_life_days: float = 14.0, vectors: np.ndarray | None = None,
+                  supersede_min_similarity: float = 0.8,
+                  supersede_cue_min_similarity: float | None = None) -> list[Ranked]:
+    """The best ``k`` of ``cands`` (all when None), best first; ties keep the input order.
+
+    ``vectors`` (the candidates' normalised text vectors) are needed only for ``scope="superseded"``."""
+    if scope not in RECENCY_SCOPES:
+        raise ValueError(f"memory.recency_scope must be one of {RECENCY_SCOPES}, got {scope!r}")
+    if k is not None and k < 0:
+        raise ValueError(f"k must be >= 0 or None, got {k!r}")
+    now_dt = parse_timestamp(now)
+    sup: dict[int, int] = {}
+    if recency and scope == "superseded" and len(cands) > 1:
+        if vectors is None:
+            raise ValueError("recency_scope=superseded needs the candidates' text vectors")
+        sup = supersessions(cands, vectors, supersede_min_similarity, supersede_cue_min_similarity)
+    rows = []
+    for i, c in enumerate(cands):
+        age = age_days(c.created_at, now_dt)
+        base = fuse(c, search, lexical_weight)
+        by = None
+        if not recency:
+            w = 1.0
+        elif scope == "all":
+            w = recency_weight(age, half_life_days)
+        elif i in sup:
+            by = cands[sup[i]]
+            gap = (parse_timestamp(by.created_at) - parse_timestamp(c.created_at)).total_seconds() / SECONDS_PER_DAY
+            w = recency_weight(gap, half_life_days)
+        else:
+            w = 1.0
+        rows.append(Ranked(c, base * w, w, age, base, by.id if by is not None else None))
+    rows.sort(key=lambda r: r.score, reverse=True)  # stable: equal scores keep the input order
+    return rows if k is None else rows[:k]
+
+
+def with_lexical(cands: Sequence[Candidate], bm25_scores: dict[str, float]) -> list[Candidate]:
+    """``cands`` with ``lexical`` = BM25 / the best BM25 in ``bm25_scores`` (the user's memories, this query)."""
+    best = max(bm25_scores.values(), default=0.0)
+    return [replace(c, lexical=(float(bm25_scores.get(c.id, 0.0)) / best) if best > 0 else 0.0) for c in cands]
