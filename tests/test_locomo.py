@@ -14,6 +14,7 @@ import pytest
 from adiyan.eval.locomo import paths as P
 
 from adiyan.eval.locomo.data import LocomoError, load_locomo
+from adiyan.retrieval.pipeline import UnsupportedSetting
 from adiyan.eval.locomo.run import answer_sample, evaluate, locomo_tables
 from adiyan.eval.locomo.scoring import (answer_score, evidence_recall, f1_score, multi_hop_f1, ndcg_at_k,
                                         normalize_answer)
@@ -290,3 +291,58 @@ def test_locomo_settings_are_refused_on_a_question_evalset(key, value):
     with pytest.raises(UnsupportedSetting, match=key.replace(".", r"\.")):
         refuse_conversation_settings(load_settings(None, {key: value}), "invoke eval")
     refuse_conversation_settings(load_settings(None, {}), "invoke eval")  # the defaults pass
+
+
+# -- LongMemEval's published format, read into the same structures (issue 43.3) -----------------------
+
+LME = Path(__file__).parent / "data" / "longmemeval_tiny.json"
+
+
+def test_longmemeval_file_is_read_with_turn_level_evidence_and_its_question_date():
+    ls = load_locomo(LME)
+    a, b = ls.conversations
+    assert (a.id, b.id) == ("lme-colour", "lme-car_abs") and a.user == "locomo-lme-colour"
+    assert [t.dia_id for t in a.turns] == ["D1:1", "D1:2", "D2:1", "D2:2"]
+    assert a.turns[0].text == "user: My favourite colour is teal, by the way." and a.turns[1].speaker == "assistant"
+    assert a.turns[0].at == "2023-05-01T10:00:01+00:00" and a.turns[2].at == "2023-05-20T09:30:01+00:00"
+    (q,) = a.questions
+    assert q.evidence == ("D1:1",) and q.category_name == "single-session-user" and q.answer == "teal"
+    assert a.end == "2023-06-01T12:00:00+00:00"  # asked at question_date, not at the last turn
+    (qb,) = b.questions
+    assert qb.evidence == () and qb.category_name == "knowledge-update_abstention"
+
+
+def test_longmemeval_runs_through_the_locomo_paths_scored_by_hand(minilm, make_settings):
+    s = make_settings(**{"memory.search": "hybrid"})
+    rows, _ = evaluate(s, load_locomo(LME), minilm, paths=("reference_bm25", "memory_similarity"))
+    by = {r["id"]: r for r in rows}
+    # "favourite colour" matches only D1:1 of the first haystack; the abstention has no evidence: counts 1
+    assert by["lme-colour.q1"]["retrieved_ids"]["reference_bm25"][0] == "D1:1"
+    assert by["lme-colour.q1"]["recall"]["reference_bm25"]["5"] == 1.0
+    assert by["lme-car_abs.q1"]["recall"]["reference_bm25"]["5"] == 1.0
+    assert by["lme-colour.q1"]["retrieved_ids"]["memory_similarity"][0] == "D1:1"
+    assert by["lme-colour.q1"]["category_name"] == "single-session-user"
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (lambda d: d[0].pop("haystack_dates"), "needs question_id"),
+    (lambda d: d[0].update(question_type="gossip"), "question_type 'gossip'"),
+    (lambda d: d[0]["haystack_dates"].__setitem__(0, "May 1st"), "haystack date 'May 1st'"),
+    (lambda d: d[0]["haystack_sessions"][0][0].update(role="narrator"), "session 1 turn 1 needs role"),
+])
+def test_a_malformed_longmemeval_file_is_refused_naming_the_instance(tmp_path, edit, reason):
+    data = json.loads(LME.read_text(encoding="utf-8"))
+    edit(data)
+    p = tmp_path / "lme.json"
+    p.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(LocomoError, match=reason) as e:
+        load_locomo(p)
+    assert str(p) in str(e.value)
+
+
+def test_answers_on_longmemeval_are_refused_by_name(make_settings):
+    from adiyan.eval.locomo.run import run_locomo
+
+    s = make_settings(**{"eval.evalset": str(LME), "eval.generate": True})
+    with pytest.raises(UnsupportedSetting, match="eval.generate=true"):
+        run_locomo(s, progress=False)

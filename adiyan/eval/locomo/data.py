@@ -50,12 +50,13 @@ class Question:
     question: str
     answer: str  # the reference answer (category 5: empty; its adversarial_answer is kept apart)
     evidence: tuple[str, ...]
-    category: int
+    category: int  # LoCoMo's 1-5; 0 for another benchmark's question (its category_label names it)
     adversarial_answer: str | None = None
+    category_label: str | None = None  # LongMemEval's question_type
 
     @property
     def category_name(self) -> str:
-        return CATEGORIES[self.category]
+        return self.category_label or CATEGORIES[self.category]
 
 
 @dataclass
@@ -65,6 +66,7 @@ class Conversation:
     turns: list[Turn]
     questions: list[Question]
     session_times: dict[int, str] = field(default_factory=dict)
+    asked_at: str | None = None  # when the questions are asked (LongMemEval's question_date); None: the last turn
 
     @property
     def user(self) -> str:
@@ -73,8 +75,8 @@ class Conversation:
 
     @property
     def end(self) -> str:
-        """When the questions are asked: the time of the last turn."""
-        return self.turns[-1].at
+        """When the questions are asked: ``asked_at``, else the time of the last turn."""
+        return self.asked_at or self.turns[-1].at
 
 
 @dataclass
@@ -189,10 +191,108 @@ def load_locomo(path) -> LocomoSet:
         samples = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise LocomoError(f"{path}: not valid JSON ({exc})") from None
+    if is_longmemeval(samples):
+        return load_longmemeval(path, samples, data)
     if not isinstance(samples, list) or not samples:
         raise LocomoError(f"{path}: a LoCoMo file is a non-empty JSON list of conversations")
     convs = [_conversation(path, n, s) for n, s in enumerate(samples, 1)]
     ids = [c.id for c in convs]
     if len(set(ids)) != len(ids):
         raise LocomoError(f"{path}: sample ids repeated")
+    return LocomoSet(path, convs, hashlib.sha256(data).hexdigest())
+
+
+# ------------------------------------------------------------------------------- LongMemEval
+#
+# LongMemEval (Wu et al., ICLR 2025) read into the LoCoMo structures, so the same memory paths score it.
+#
+# LongMemEval is not in ``../shared/datasets/`` (checked 7 December 2026); this loader reads its published
+# format (``longmemeval_s.json`` / ``_m`` / ``_oracle``, the cleaned release included) so that a copy
+# placed there runs through :func:`adiyan.eval.locomo.run.evaluate` unchanged. The file is a JSON list of
+# instances with ``question_id``, ``question_type``, ``question``, ``answer``, ``question_date``,
+# ``haystack_session_ids``, ``haystack_dates``, ``haystack_sessions`` (each a list of ``{"role",
+# "content"[, "has_answer": true]}`` turns) and ``answer_session_ids``.
+#
+# Each instance has its own history, so each becomes one :class:`Conversation` (its own memory user,
+# ``locomo-<question_id>``) holding one question:
+#
+# - session ``i`` of the haystack (1-based, file order) and turn ``j`` get the dialog id ``D<i>:<j>``; the
+#   turn's text is ``"<role>: <content>"``; its time is the session's date (``"2023/05/20 (Sat) 02:21"``,
+#   read as UTC) plus ``j`` seconds;
+# - the question's **evidence** is the turns marked ``has_answer`` (LongMemEval's turn-level recall);
+#   an abstention question (``question_id`` ending ``_abs``) has none and counts 1, as in LoCoMo;
+# - it is asked at ``question_date`` (:attr:`Conversation.asked_at`), not at the last turn;
+# - its category is the ``question_type`` (``single-session-user``, ..., ``knowledge-update``), kept as a
+#   label: LoCoMo's per-category tables (categories 1-5) hold LoCoMo's only, ``all`` holds these too.
+#
+# Malformed input raises :class:`LocomoError` naming the file, the instance and the reason.
+
+LME_DATE_FORMAT = "%Y/%m/%d (%a) %H:%M"  # "2023/05/20 (Sat) 02:21"
+QUESTION_TYPES = ("single-session-user", "single-session-assistant", "single-session-preference",
+                  "multi-session", "knowledge-update", "temporal-reasoning")
+LME_REQUIRED = ("question_id", "question", "haystack_sessions", "haystack_dates")
+
+
+def is_longmemeval(samples) -> bool:
+    """Whether parsed JSON looks like LongMemEval (a list of instances with a haystack), not LoCoMo."""
+    return isinstance(samples, list) and bool(samples) and isinstance(samples[0], dict) \
+        and "haystack_sessions" in samples[0] and "question_id" in samples[0]
+
+
+def parse_lme_date(text: str) -> datetime:
+    """``"2023/05/20 (Sat) 02:21"`` as a UTC datetime (LongMemEval's dates carry no zone)."""
+    return datetime.strptime(" ".join(str(text).split()), LME_DATE_FORMAT).replace(tzinfo=timezone.utc)
+
+
+def _lme_instance(path: Path, n: int, s) -> Conversation:
+    where = f"{path}: instance {n}"
+    if not isinstance(s, dict) or any(k not in s for k in LME_REQUIRED):
+        raise LocomoError(f"{where}: a LongMemEval instance needs {', '.join(LME_REQUIRED)}")
+    qid = str(s["question_id"])
+    where = f"{path}: instance {qid}"
+    sessions, dates = s["haystack_sessions"], s["haystack_dates"]
+    if not isinstance(sessions, list) or not isinstance(dates, list) or len(sessions) != len(dates):
+        raise LocomoError(f"{where}: haystack_sessions and haystack_dates must be lists of the same length")
+    qtype = str(s.get("question_type", ""))
+    if qtype not in QUESTION_TYPES:
+        raise LocomoError(f"{where}: question_type {qtype!r} is not one of {', '.join(QUESTION_TYPES)}")
+    turns, times, evidence = [], {}, []
+    for i, (sess, date) in enumerate(zip(sessions, dates), 1):
+        if not isinstance(sess, list):
+            raise LocomoError(f"{where}: haystack session {i} must be a list of turns")
+        try:
+            start = parse_lme_date(date)
+        except ValueError:
+            raise LocomoError(f"{where}: haystack date {date!r} is not like '2023/05/20 (Sat) 02:21'") from None
+        times[i] = start.isoformat()
+        for j, t in enumerate(sess, 1):
+            if not isinstance(t, dict) or t.get("role") not in ("user", "assistant") \
+                    or not isinstance(t.get("content"), str):
+                raise LocomoError(f"{where}: session {i} turn {j} needs role user|assistant and a content string")
+            dia = f"D{i}:{j}"
+            turns.append(Turn(dia, i, t["role"], f"{t['role']}: {t['content']}",
+                              (start + timedelta(seconds=j)).isoformat()))
+            if t.get("has_answer") is True:
+                evidence.append(dia)
+    if not turns:
+        raise LocomoError(f"{where}: the haystack has no turns")
+    order = sorted(range(len(turns)), key=lambda k: (turns[k].at, k))  # the file sorts sessions by time (_s, _m)
+    turns = [turns[k] for k in order]
+    try:
+        asked = parse_lme_date(s.get("question_date", "")).isoformat()
+    except ValueError:
+        raise LocomoError(f"{where}: question_date {s.get('question_date')!r} is not like "
+                          f"'2023/05/20 (Sat) 02:21'") from None
+    q = Question(f"{qid}.q1", qid, str(s["question"]), str(s.get("answer", "")), tuple(evidence), 0,
+                 category_label=qtype + ("_abstention" if qid.endswith("_abs") else ""))
+    return Conversation(qid, ("user", "assistant"), turns, [q], times, asked_at=asked)
+
+
+def load_longmemeval(path, samples: list, data: bytes) -> LocomoSet:
+    """The LongMemEval instances ``samples`` (parsed from ``data``, the bytes of ``path``) as a LocomoSet."""
+    path = Path(path)
+    convs = [_lme_instance(path, n, s) for n, s in enumerate(samples, 1)]
+    ids = [c.id for c in convs]
+    if len(set(ids)) != len(ids):
+        raise LocomoError(f"{path}: question ids repeated")
     return LocomoSet(path, convs, hashlib.sha256(data).hexdigest())

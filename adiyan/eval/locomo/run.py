@@ -247,6 +247,9 @@ def run_locomo(settings, *, progress: bool = True, run_id: str | None = None, in
     refuse(settings)
     t_start = time.perf_counter()
     ls = load_locomo(settings.eval.evalset).select(settings.eval.locomo_conversations)
+    if settings.eval.generate and any(q.category not in CATEGORIES for q in ls.questions()):
+        raise UnsupportedSetting("eval.generate=true", ENTRY_POINT, "answers are scored with LoCoMo's categories; "
+                                 "a LongMemEval file is scored on evidence recall only: set eval.generate=false")
     record = RunRecord.for_settings(settings, run_id)
     embedder = open_embedder(settings, progress=progress)
     answer_cache = call_cache(settings, "answer")
