@@ -153,9 +153,13 @@ def assemble(settings, message: str, *, memory=None, user_id: str | None = None,
     embedder = embedder if embedder is not None else open_embedder(settings, progress=False)
     facts, dropped = [], []
     if memory is not None and user_id is not None:
-        if memory.half_life_days != settings.memory.half_life_days:
-            raise ValueError(f"the memory was opened with half-life {memory.half_life_days} days but the settings say "
-                             f"memory.half_life_days={settings.memory.half_life_days}: open it with these settings")
+        mc = settings.memory
+        opened = {"half_life_days": memory.half_life_days, "search": getattr(memory, "search_mode", mc.search),
+                  "recency_scope": getattr(memory, "recency_scope", mc.recency_scope)}
+        for name, value in opened.items():
+            if value != getattr(mc, name):
+                raise ValueError(f"the memory was opened with memory.{name}={value} but the settings say "
+                                 f"memory.{name}={getattr(mc, name)}: open it with these settings")
         facts, dropped = recall_facts(memory, message, user_id, now=now_iso, min_similarity=cc.facts_min_similarity,
                                       min_relative=cc.facts_min_relative, k=settings.memory.top_k,
                                       recency=settings.memory.recency)

@@ -81,8 +81,8 @@ log = logging.getLogger(__name__)
 class MemoryHit:
     text: str
     similarity: float  # cosine similarity of query and memory (mem0's semantic score)
-    weight: float  # recency weight 0.5 ** (age_days / half_life); 1.0 with recency off
-    score: float  # similarity * weight: what the hits are ordered by
+    weight: float  # recency weight 0.5 ** (days / half_life) (age, or gap to a superseder); 1.0 when not decayed
+    score: float  # fused score (cosine, or hybrid with BM25) * weight: what the hits are ordered by
     created_at: str  # UTC ISO-8601
     id: str
     age_days: float = 0.0
@@ -256,7 +256,7 @@ class Memory:
         self.supersede_min_similarity = float(supersede_min_similarity)
         self.supersede_cue_min_similarity = (None if supersede_cue_min_similarity is None
                                              else float(supersede_cue_min_similarity))
-        self._lexical_index: dict[tuple[str, str], tuple[tuple, Any, dict]] = {}  # (user, kind) -> (state, BM25, records)
+        self._lexical_index: dict[tuple[str, str], tuple[int, Any, dict]] = {}  # (user, kind) -> (writes, BM25, records)
         self._writes = 0  # adds and deletes through this object: a lexical index older than the last is rebuilt
         self.infer = bool(infer)
         self.has_llm = llm is not None
@@ -412,7 +412,6 @@ class Memory:
         from mem0.exceptions import LLMError  # heavy: mem0 (already loaded by the constructor)
 
         self._consolidator.observation_date = meta["created_at"][:10]
-        self._writes += 1
         try:
             out = self._mem(kind).add([{"role": role, "content": text}], user_id=user_id, metadata=meta,
                                       infer=use_infer)
@@ -420,6 +419,7 @@ class Memory:
             raise ModelError(f"memory consolidation (infer=True) failed: {exc}") from exc
         finally:
             self._consolidator.observation_date = None
+            self._writes += 1  # after the write, even a failed one: the next search re-reads the user's memories
         results = out.get("results", []) if isinstance(out, dict) else out
         return results[0]["id"] if results else None
 
@@ -463,11 +463,11 @@ class Memory:
 
     def lexical_scores(self, query: str, user_id: str, kind: str = "conversation") -> tuple[dict[str, float], dict]:
         """({memory id: BM25 score > 0} over every memory of ``user_id`` of this kind, {id: MemoryRecord}).
-        The BM25 index is built once per (user, kind) and rebuilt after this memory writes, and on a Qdrant
-        server (which other processes may write to) also when the user's count of memories changes; local
-        mode locks its folder to one process, and counting there scans every payload in Python."""
-        n = (self._writes, self._count_points(user_id, kind) if self.engine == "server" else None)
-        held = self._lexical_index.get((user_id, kind))
+        In local mode (one process holds the folder) the BM25 index is built once per (user, kind) and rebuilt
+        after this memory writes; on a Qdrant server, which other processes may write to (a delete and an add,
+        or an edit, keep the count), it is built from the user's memories at every search."""
+        n = self._writes
+        held = None if self.engine == "server" else self._lexical_index.get((user_id, kind))
         if held is None or held[0] != n:
             recs = self.all(user_id, kind)
             bm = BM25Retriever().index([r.id for r in recs], [r.text for r in recs]) if recs else None
@@ -478,12 +478,6 @@ class Memory:
             return {}, recs
         s = bm.scores(query)
         return {bm.ids[i]: float(s[i]) for i in np.flatnonzero(s > 0)}, recs
-
-    def _count_points(self, user_id: str, kind: str) -> int:
-        from qdrant_client import models as qm  # heavy: the Qdrant client, loaded with the Memory already
-
-        flt = qm.Filter(must=[qm.FieldCondition(key="user_id", match=qm.MatchValue(value=user_id))])
-        return int(self.client.count(self.collection(kind), count_filter=flt, exact=True).count)
 
     def _unit_vectors(self, texts: list[str], task: str) -> np.ndarray:
         v = np.asarray(self.embedder.embed(list(texts), task), dtype=np.float32)
@@ -530,8 +524,10 @@ class Memory:
         """Forget every memory of ``user_id`` of this kind; returns how many there were."""
         n = len(self.all(user_id, kind))
         if n:
-            self._writes += 1
-            self._mem(kind).delete_all(user_id=user_id)
+            try:
+                self._mem(kind).delete_all(user_id=user_id)
+            finally:
+                self._writes += 1
         return n
 
     def count(self, user_id: str, kind: str = "conversation") -> int:

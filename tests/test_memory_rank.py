@@ -149,3 +149,53 @@ def test_superseded_scope_keeps_an_old_fact_that_the_seed_decay_buries(memory):
     kept = memory(**{"memory.recency_scope": "superseded"})  # the same store, reopened
     hits = kept.search(question, user_id="mira", k=2, now=NOW)
     assert [h.id for h in hits] == [f_id, d_id] and hits[0].weight == 1.0 and hits[0].superseded_by is None
+
+
+def test_the_newest_superseder_sets_the_gap_and_a_correction_said_after_now_supersedes_nothing():
+    old = Candidate("old", "My rate is 180.", 0.5, at(100))
+    mid = Candidate("mid", "Now my rate is 200.", 0.5, at(40))
+    new = Candidate("new", "Now my rate is 210.", 0.5, at(10))
+    vecs = unit([1, 0], [1, 0], [1, 0])  # every pair restates the subject (cosine 1)
+    ranked = {r.candidate.id: r for r in rank_memories([old, mid, new], now=NOW, k=None, scope="superseded",
+                                                        half_life_days=H, vectors=vecs)}
+    assert ranked["old"].superseded_by == "new" and ranked["old"].weight == pytest.approx(0.5 ** (90 / H))
+    assert ranked["mid"].superseded_by == "new" and ranked["mid"].weight == pytest.approx(0.5 ** (30 / H))
+    assert ranked["new"].weight == 1.0
+    # asked 20 days ago, "new" was not said yet: it supersedes nothing, "mid" supersedes "old" by 60 days
+    then = NOW - timedelta(days=20)
+    ranked = {r.candidate.id: r for r in rank_memories([old, mid, new], now=then, k=None, scope="superseded",
+                                                        half_life_days=H, vectors=vecs)}
+    assert ranked["old"].superseded_by == "mid" and ranked["old"].weight == pytest.approx(0.5 ** (60 / H))
+    assert ranked["mid"].weight == 1.0 and ranked["mid"].superseded_by is None
+
+
+def test_hybrid_brings_a_memory_outside_the_dense_over_fetch_and_the_replay_ranks_it_alike(memory, minilm):
+    """k=1 over-fetches 10 by cosine; twelve memories about trains outrank, by cosine, the one that names the
+    rare locker number asked for: hybrid search joins it from BM25 (cosine computed here) and ranks it first,
+    and the LoCoMo candidate replay, from its own cached cosine list, returns the same hit."""
+    from adiyan.eval.locomo.paths import CandidateMemory
+
+    mem = memory(**{"memory.search": "hybrid", "memory.recency": False})
+    noise = [f"The train to Porto number {n} left late again, the train was full." for n in range(12)]
+    for i, t in enumerate(noise):
+        mem.add(t, user_id="u", created_at=at(30 + i))
+    target = mem.add("Locker Q7781 holds the spare keys.", user_id="u", created_at=at(5))
+    q = "the train to Porto left late again and was full Q7781"
+    dense = mem.dense_candidates(q, user_id="u", kind="conversation", depth=10)
+    assert target not in [c.id for c in dense]  # outside the cosine over-fetch
+    hits = mem.search(q, user_id="u", k=1, now=NOW)
+    assert [h.id for h in hits] == [target] and hits[0].lexical == 1.0
+    qv = minilm.embed([q], "query")[0]
+    dv = minilm.embed(["Locker Q7781 holds the spare keys."], "document")[0]
+    assert hits[0].similarity == pytest.approx(float(qv @ dv / np.linalg.norm(qv) / np.linalg.norm(dv)), abs=1e-5)
+    cm = CandidateMemory(mem, depth=12)
+    got = cm.search(q, user_id="u", k=1, now=NOW)
+    assert [(h.id, round(h.score, 9)) for h in got] == [(h.id, round(h.score, 9)) for h in hits]
+
+
+def test_the_lexical_index_forgets_deleted_memories(memory):
+    mem = memory(**{"memory.search": "hybrid", "memory.recency": False})
+    mem.add("My locker code is 9988.", user_id="u", created_at=at(3))
+    assert mem.search("locker 9988", user_id="u", k=1, now=NOW)[0].lexical == 1.0
+    assert mem.delete_all("u") == 1
+    assert mem.search("locker 9988", user_id="u", k=1, now=NOW) == [] and mem.lexical_scores("locker", "u") == ({}, {})

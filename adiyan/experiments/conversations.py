@@ -63,6 +63,7 @@ def evaluate_conversations(settings, *, progress: bool = False) -> PointResult:
     info = {"conversations": len(cs.conversations), "turns": len(rows), "rewrite": rewrite_mode(settings),
             "history_window": settings.conversation.history_window,
             "half_life_days": settings.memory.half_life_days, "recency": settings.memory.recency,
+            "memory_search": settings.memory.search, "recency_scope": settings.memory.recency_scope,
             "evalset": str(cs.root), "evalset_hash": cs.content_hash(), "embedder": embedder.id}
     # scored like a run: incident 3 at the point's half-life, and the regression cases (n/a ones with why)
     group, incident = replay_stale_fact(settings, embedder)

@@ -199,6 +199,7 @@ def evaluate_memory(settings, *, k: int | None = None, evalset: MemoryEvalset | 
                "stale_rate": mean(r["stale"] for r in corr), "search_ms": 1000 * float(np.mean(lat))}
     info = {"now": es.now, "questions": len(rows), "corrections": len(corr), "stable": len(stab),
             "memories": len(es.memories), "half_life_days": mc.half_life_days, "recency": mc.recency, "k": k,
+            "memory_search": mc.search, "recency_scope": mc.recency_scope,
             "embedder": emb.id, "evalset": str(es.root), "evalset_version": es.version,
             "evalset_hash": es.content_hash(),
             **{k: mem.build_record.get(k) for k in ("infer", "stored", "consolidation") if k in mem.build_record}}

@@ -9,15 +9,17 @@ candidate replay (:class:`adiyan.eval.locomo.paths.CandidateMemory`), so both ra
 * ``hybrid``: ``memory.lexical_weight`` x BM25 + (1 - that) x cosine, BM25 over the user's own
   memories of that kind (Lucene BM25, :class:`adiyan.retrieval.bm25.BM25Retriever`) divided by the
   best BM25 score among them for this query (so 1.0 for the best lexical match, 0 for a memory
-  sharing no term). A convex fusion keeps the score on the cosine's scale, so the three-part
-  context's thresholds (``conversation.facts_min_*``) read the same either way.
+  sharing no term). The fused score stays in [0, 1] like a cosine, but it is not one: the three-part
+  context's ``conversation.facts_min_relative`` applies to it, so in hybrid search a fact sharing no
+  word with the message needs a cosine of at least 2 x that share of the best fact's score
+  (``facts_min_similarity`` still reads the cosine).
 
 **Time** (``memory.recency`` and ``memory.recency_scope``), weight w in (0, 1], score = fused x w:
 
 * recency off: w = 1 for every memory;
 * ``all`` (the seed's rule): w = 0.5 ** (age / half-life) for every memory, age measured to ``now``.
   It puts a correction above what it corrects, and it also buries every old memory nothing replaced;
-* ``superseded``: w = 1 unless a newer candidate of the same user *supersedes* the memory: their
+* ``superseded``: w = 1 unless a newer candidate of the same user, said by ``now``, *supersedes* the memory: their
   texts' cosine reaches ``memory.supersede_min_similarity`` (the same subject, said again), or the
   newer text states a change (:data:`CHANGE_CUES`: "now", "instead", "moved", "no longer", "not", ...)
   and their cosine reaches the lower ``memory.supersede_cue_min_similarity`` (a correction rarely
@@ -87,9 +89,10 @@ def fuse(c: Candidate, search: str, lexical_weight: float) -> float:
 
 
 def supersessions(cands: Sequence[Candidate], vectors: np.ndarray, min_similarity: float,
-                  cue_min_similarity: float | None = None) -> dict[int, int]:
-    """{i: j}: candidate i is superseded by j, the newest candidate created strictly after i whose text's
-    cosine with i's reaches ``min_similarity``, or ``cue_min_similarity`` when j's text states a change
+                  cue_min_similarity: float | None = None, now: str | datetime | None = None) -> dict[int, int]:
+    """{i: j}: candidate i is superseded by j, the newest candidate created strictly after i (and, given
+    ``now``, not after it: a correction not yet said supersedes nothing) whose text's cosine with i's
+    reaches ``min_similarity``, or ``cue_min_similarity`` when j's text states a change
     (:func:`states_change`). ``vectors`` are the candidates' L2-normalised text vectors."""
     if len(cands) < 2:
         return {}
@@ -98,11 +101,12 @@ def supersessions(cands: Sequence[Candidate], vectors: np.ndarray, min_similarit
         raise ValueError(f"supersessions: {len(cands)} candidates but {v.shape[0]} vectors")
     sims = v @ v.T
     times = [parse_timestamp(c.created_at) for c in cands]
+    said = [now is None or t <= parse_timestamp(now) for t in times]
     cue = cue_min_similarity if cue_min_similarity is not None else min_similarity
     need = [min(min_similarity, cue) if states_change(c.text) else min_similarity for c in cands]
     out: dict[int, int] = {}
     for i in range(len(cands)):
-        newer = [j for j in range(len(cands)) if times[j] > times[i] and sims[i, j] >= need[j]]
+        newer = [j for j in range(len(cands)) if said[j] and times[j] > times[i] and sims[i, j] >= need[j]]
         if newer:
             out[i] = max(newer, key=lambda j: (times[j], -j))
     return out
@@ -125,7 +129,7 @@ def rank_memories(cands: Sequence[Candidate], *, now: str | datetime, k: int | N
     if recency and scope == "superseded" and len(cands) > 1:
         if vectors is None:
             raise ValueError("recency_scope=superseded needs the candidates' text vectors")
-        sup = supersessions(cands, vectors, supersede_min_similarity, supersede_cue_min_similarity)
+        sup = supersessions(cands, vectors, supersede_min_similarity, supersede_cue_min_similarity, now_dt)
     rows = []
     for i, c in enumerate(cands):
         age = age_days(c.created_at, now_dt)

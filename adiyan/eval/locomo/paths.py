@@ -6,9 +6,11 @@ Reference (no memory engine, over the raw turns of the question's conversation):
 
 Product:
 - ``memory_similarity``: the conversation memory (mem0, :class:`adiyan.memory.Memory`, turns
-  stored verbatim with ``infer=False`` at their session times), top k by similarity;
-- ``memory_recency``: the same with the real recency re-rank (``memory.half_life_days``,
-  over-fetch ``memory.overfetch_factor`` / ``overfetch_min``), asked at the conversation's end;
+  stored verbatim with ``infer=False`` at their session times), top k by the configured search
+  (``memory.search``: cosine, or hybrid with BM25) without time;
+- ``memory_recency``: the same with the configured recency (``memory.recency_scope``,
+  ``memory.half_life_days``, over-fetch ``memory.overfetch_factor`` / ``overfetch_min``), asked at the
+  conversation's end: the memory as ``adiyan ask`` searches it;
 - ``context``: the three-part context of :func:`adiyan.context.assemble` (the facts, with
   ``memory.top_k`` = k, ``conversation.facts_min_*``; the history window over the conversation's
   last turns, ``conversation.history_*``), i.e. what ``adiyan ask --conversation`` would put

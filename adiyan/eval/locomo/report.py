@@ -18,8 +18,8 @@ from .data import CATEGORIES, load_locomo
 
 CATS = ["all"] + [CATEGORIES[c] for c in sorted(CATEGORIES)]
 LABELS = {"reference_bm25": "reference: BM25 over turns", "reference_dense": "reference: exact dense over turns",
-          "memory_similarity": "product: memory (mem0) by similarity",
-          "memory_recency": "product: memory (mem0) with recency", "context": "product: three-part context",
+          "memory_similarity": "product: memory (mem0) without time",
+          "memory_recency": "product: memory (mem0) as configured", "context": "product: three-part context",
           "kb": "product: knowledge base, a turn per chunk"}
 SHOWN = ("reference_bm25", "reference_dense", "memory_recency", "context", "kb")  # per-question columns
 
