@@ -13,6 +13,7 @@ document id; documents that share no term with the query (score 0) are not retur
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -20,6 +21,17 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .dense import id_ranks, top_k_positions
+
+
+
+def _bm25s():
+    """bm25s, imported on first use. It sets its logger to DEBUG on import and logs every index build, which
+    any handler a dependency puts on the root logger then prints (one line per memory search: the memory's
+    BM25 index is per user); its logger is put back to WARNING."""
+    import bm25s  # heavy: bm25s (and scipy) load only when BM25 runs
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s
 
 Run = dict[str, dict[str, float]]
 _META = "adiyan_bm25.json"
@@ -53,13 +65,13 @@ class BM25Retriever:
                 "stopwords": self.stopwords, "tokenizer": "bm25s.tokenize (lowercase, \\b\\w\\w+\\b)"}
 
     def _tokenize(self, texts: Sequence[str]) -> list[list[str]]:
-        import bm25s  # heavy: bm25s (and scipy) load only when BM25 runs
+        bm25s = _bm25s()
 
         return bm25s.tokenize(list(texts), lower=True, stopwords=self.stopwords or [], stemmer=self._stemmer,
                               return_ids=False, show_progress=False)
 
     def index(self, ids: Sequence[str], texts: Sequence[str], *, show_progress: bool = False) -> "BM25Retriever":
-        import bm25s  # heavy: bm25s (and scipy) load only when BM25 runs
+        bm25s = _bm25s()
 
         ids = [str(i) for i in ids]
         if len(ids) != len(texts):
@@ -105,7 +117,7 @@ class BM25Retriever:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "BM25Retriever":
-        import bm25s  # heavy: bm25s (and scipy) load only when BM25 runs
+        bm25s = _bm25s()
 
         path = Path(path)
         meta_path = path / _META
