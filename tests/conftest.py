@@ -143,3 +143,21 @@ def pytest_runtest_makereport(item, call):
         if data_skip_is_a_failure(reason):
             report.outcome = "failed"
             report.longrepr = f"CI_REQUIRE_DATA=1: a data set this test needs is missing ({reason})"
+
+
+@pytest.fixture
+def memory_factory(make_settings):
+    """``make(embedder, **overrides)``: a :class:`adiyan.memory.Memory` opened from ``make_settings(**overrides)``
+    (its data in tmp_path); every memory it opened is closed after the test."""
+    from adiyan.memory import Memory  # mem0 loads only for the tests that open a memory
+
+    opened = []
+
+    def make(embedder, **overrides):
+        mem = Memory.from_settings(make_settings(**overrides), embedder=embedder)
+        opened.append(mem)
+        return mem
+
+    yield make
+    for mem in opened:
+        mem.close()

@@ -25,27 +25,13 @@ def ago(days: float) -> datetime:
     return NOW - timedelta(days=days)
 
 
-@pytest.fixture
-def open_memory(make_settings):
-    opened = []
-
-    def make(embedder, **overrides):
-        mem = Memory.from_settings(make_settings(**overrides), embedder=embedder)
-        opened.append(mem)
-        return mem
-
-    yield make
-    for mem in opened:
-        mem.close()
-
-
 SEED = {"memory__search": "dense", "memory__recency_scope": "all"}  # the seed's memory: cosine, every memory decayed
 
 
 @pytest.mark.parametrize("model", ["minilm", "nomic"])
-def test_stale_fact_replay(request, open_memory, model):
+def test_stale_fact_replay(request, memory_factory, model):
     emb = request.getfixturevalue(model)
-    mem = open_memory(emb, **SEED)
+    mem = memory_factory(emb, **SEED)
     assert mem.half_life_days == HALF_LIFE and not mem.infer
     stale_id = mem.add(STALE, user_id="alice", created_at=ago(30))
     fix_id = mem.add(CORRECTION, user_id="alice", created_at=ago(1))
@@ -79,12 +65,12 @@ def test_stale_fact_replay(request, open_memory, model):
 
 
 @pytest.mark.parametrize("model", ["minilm", "nomic"])
-def test_stale_fact_with_the_default_memory_decays_only_the_superseded_statement(request, open_memory, model):
+def test_stale_fact_with_the_default_memory_decays_only_the_superseded_statement(request, memory_factory, model):
     """The default (hybrid search, recency_scope=superseded): the correction supersedes the statement
     (cosine >= 0.7 with a change cue), so the statement is decayed by the 29-day gap and the correction
     keeps weight 1; an unrelated memory 200 days old is not decayed at all."""
     emb = request.getfixturevalue(model)
-    mem = open_memory(emb)
+    mem = memory_factory(emb)
     assert (mem.search_mode, mem.recency_scope) == ("hybrid", "superseded")
     stale_id = mem.add(STALE, user_id="alice", created_at=ago(30))
     fix_id = mem.add(CORRECTION, user_id="alice", created_at=ago(1))
@@ -99,8 +85,8 @@ def test_stale_fact_with_the_default_memory_decays_only_the_superseded_statement
         assert h.score == pytest.approx((0.5 * h.lexical + 0.5 * h.similarity) * h.weight, abs=1e-9)
 
 
-def test_overfetch_brings_a_newer_statement_into_the_top_k(open_memory, minilm):
-    mem = open_memory(minilm, **SEED)
+def test_overfetch_brings_a_newer_statement_into_the_top_k(memory_factory, minilm):
+    mem = memory_factory(minilm, **SEED)
     # Four stale statements, each more similar to the query than the correction (on minilm).
     stale = ["My favourite colour is teal.", "My favourite colour is definitely teal.",
              "My favourite colour is teal!", "My favourite colour? Teal."]
@@ -112,8 +98,8 @@ def test_overfetch_brings_a_newer_statement_into_the_top_k(open_memory, minilm):
     assert [h.id for h in top] == [fix_id]  # ...but fetched (max(3*1, 10)) and first with recency
 
 
-def test_users_never_see_each_others_memories(open_memory, minilm):
-    mem = open_memory(minilm)
+def test_users_never_see_each_others_memories(memory_factory, minilm):
+    mem = memory_factory(minilm)
     mem.add("My bank PIN is 4321.", user_id="alice", created_at=ago(2))
     mem.add(STALE, user_id="alice", created_at=ago(3))
     bob_id = mem.add("I prefer window seats on trains.", user_id="bob", created_at=ago(1))
@@ -126,8 +112,8 @@ def test_users_never_see_each_others_memories(open_memory, minilm):
     assert mem.all("bob") == [] and len(mem.all("alice")) == 2
 
 
-def test_kinds_are_separate_collections(open_memory, minilm):
-    mem = open_memory(minilm)
+def test_kinds_are_separate_collections(memory_factory, minilm):
+    mem = memory_factory(minilm)
     assert [mem.collection(k) for k in KINDS] == ["adiyan_conversation_memory", "adiyan_coaching_memory"]
     conv = mem.add(STALE, user_id="alice", created_at=ago(2))
     coach = mem.add("Coaching goal: run 5 km three times a week.", user_id="alice", kind="coaching",
@@ -142,8 +128,8 @@ def test_kinds_are_separate_collections(open_memory, minilm):
         mem.add("x", user_id="alice", kind="diary")
 
 
-def test_memories_persist_across_reopening_the_data_dir(open_memory, make_settings, minilm, nomic):
-    mem = open_memory(minilm)
+def test_memories_persist_across_reopening_the_data_dir(memory_factory, make_settings, minilm, nomic):
+    mem = memory_factory(minilm)
     stale_id = mem.add(STALE, user_id="alice", created_at=ago(30), metadata={"session": "s1"})
     fix_id = mem.add(CORRECTION, user_id="alice", created_at=ago(1))
     before = mem.search(QUERY, user_id="alice", k=2, now=NOW)
@@ -151,7 +137,7 @@ def test_memories_persist_across_reopening_the_data_dir(open_memory, make_settin
         Memory.from_settings(make_settings(), embedder=minilm)
     mem.close()
 
-    again = open_memory(minilm)
+    again = memory_factory(minilm)
     recs = again.all("alice")
     assert [(r.id, r.text, r.created_at) for r in recs] == [
         (stale_id, STALE, ago(30).isoformat()), (fix_id, CORRECTION, ago(1).isoformat())]
@@ -165,8 +151,8 @@ def test_memories_persist_across_reopening_the_data_dir(open_memory, make_settin
         Memory.from_settings(make_settings(), embedder=nomic)
 
 
-def test_no_llm_is_loaded_or_called_without_consolidation(open_memory, minilm):
-    mem = open_memory(minilm)  # default config: llm extractive, which cannot consolidate (nor can smollm2)
+def test_no_llm_is_loaded_or_called_without_consolidation(memory_factory, minilm):
+    mem = memory_factory(minilm)  # default config: llm extractive, which cannot consolidate (nor can smollm2)
     assert consolidation_capable("extractive") is False and consolidation_capable("smollm2") is False and consolidation_capable("gguf:/m.gguf", 32768) is False
     assert consolidation_capable("ollama:qwen2.5:7b", 32768) and consolidation_capable("openai-compatible:http://h/v1")
     assert consolidation_capable("ollama:qwen2.5:7b", 2048) is False  # mem0's prompt alone is ~8.6k tokens
@@ -177,8 +163,8 @@ def test_no_llm_is_loaded_or_called_without_consolidation(open_memory, minilm):
         mem.add(CORRECTION, user_id="alice", infer=True)
 
 
-def test_bad_input_is_refused(open_memory, minilm):
-    mem = open_memory(minilm)
+def test_bad_input_is_refused(memory_factory, minilm):
+    mem = memory_factory(minilm)
     with pytest.raises(ValueError, match="timezone"):
         mem.add(STALE, user_id="alice", created_at=datetime(2025, 5, 1))
     with pytest.raises(ValueError, match="created_at="):

@@ -6,7 +6,6 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from adiyan.memory import Memory
 from adiyan.retrieval.bm25 import BM25Retriever
 from adiyan.retrieval.memory_rank import Candidate, rank_memories, states_change, supersessions, with_lexical
 
@@ -84,22 +83,8 @@ def test_hybrid_is_the_convex_mix_of_bm25_share_and_cosine():
 
 # -- the memory, real mem0 and minilm ----------------------------------------------------------------
 
-@pytest.fixture
-def memory(make_settings, minilm):
-    opened = []
-
-    def make(**overrides):
-        mem = Memory.from_settings(make_settings(**overrides), embedder=minilm)
-        opened.append(mem)
-        return mem
-
-    yield make
-    for m in opened:
-        m.close()
-
-
-def test_hybrid_search_finds_a_rare_term_and_scores_it_as_computed_by_hand(memory, minilm):
-    mem = memory(**{"memory.search": "hybrid", "memory.recency": False})
+def test_hybrid_search_finds_a_rare_term_and_scores_it_as_computed_by_hand(memory_factory, minilm):
+    mem = memory_factory(minilm, **{"memory.search": "hybrid", "memory.recency": False})
     texts = ["My locker at the depot is number 17.", "The depot lockers are being repainted this week.",
              "I keep my boots in the van.", "The depot opens at six."]
     ids = [mem.add(t, user_id="tomas", created_at=at(10 + i)) for i, t in enumerate(texts)]
@@ -119,8 +104,8 @@ def test_hybrid_search_finds_a_rare_term_and_scores_it_as_computed_by_hand(memor
     assert hits[0].id == ids[0]
 
 
-def test_hybrid_search_never_reads_another_users_memories(memory):
-    mem = memory(**{"memory.search": "hybrid", "memory.recency_scope": "superseded"})
+def test_hybrid_search_never_reads_another_users_memories(memory_factory, minilm):
+    mem = memory_factory(minilm, **{"memory.search": "hybrid", "memory.recency_scope": "superseded"})
     mem.add("My bank PIN is 4321 and my locker code is 9988.", user_id="alice", created_at=at(3))
     bob = mem.add("I prefer window seats on trains.", user_id="bob", created_at=at(2))
     for q in ("bank PIN 4321 locker code 9988", "What is my bank PIN?"):
@@ -128,8 +113,8 @@ def test_hybrid_search_never_reads_another_users_memories(memory):
     assert mem.search("bank PIN", user_id="carol", k=5, now=NOW) == []
 
 
-def test_the_lexical_index_follows_new_memories(memory):
-    mem = memory(**{"memory.search": "hybrid", "memory.recency": False})
+def test_the_lexical_index_follows_new_memories(memory_factory, minilm):
+    mem = memory_factory(minilm, **{"memory.search": "hybrid", "memory.recency": False})
     mem.add("The office closes at 18:00.", user_id="office", created_at=at(20))
     assert mem.search("kayak supplier", user_id="office", k=2, now=NOW)[0].lexical == 0.0
     new = mem.add("The kayak supplier is BlueWave Rentals.", user_id="office", created_at=at(5))
@@ -137,16 +122,16 @@ def test_the_lexical_index_follows_new_memories(memory):
     assert top.id == new and top.lexical == 1.0
 
 
-def test_superseded_scope_keeps_an_old_fact_that_the_seed_decay_buries(memory):
+def test_superseded_scope_keeps_an_old_fact_that_the_seed_decay_buries(memory_factory, minilm):
     fact, distractor = "I'm allergic to peanuts, so keep them out of my packed lunches.", \
         "Lunch on today's tour was a lovely lentil curry at the river cafe."
     question = "What food allergy do I have?"
-    seed = memory(**{"memory.recency_scope": "all"})
+    seed = memory_factory(minilm, **{"memory.recency_scope": "all"})
     f_id = seed.add(fact, user_id="mira", created_at=at(200))
     d_id = seed.add(distractor, user_id="mira", created_at=at(1))
     assert [h.id for h in seed.search(question, user_id="mira", k=2, now=NOW)] == [d_id, f_id]
     seed.close()
-    kept = memory(**{"memory.recency_scope": "superseded"})  # the same store, reopened
+    kept = memory_factory(minilm, **{"memory.recency_scope": "superseded"})  # the same store, reopened
     hits = kept.search(question, user_id="mira", k=2, now=NOW)
     assert [h.id for h in hits] == [f_id, d_id] and hits[0].weight == 1.0 and hits[0].superseded_by is None
 
@@ -169,13 +154,13 @@ def test_the_newest_superseder_sets_the_gap_and_a_correction_said_after_now_supe
     assert ranked["mid"].weight == 1.0 and ranked["mid"].superseded_by is None
 
 
-def test_hybrid_brings_a_memory_outside_the_dense_over_fetch_and_the_replay_ranks_it_alike(memory, minilm):
+def test_hybrid_brings_a_memory_outside_the_dense_over_fetch_and_the_replay_ranks_it_alike(memory_factory, minilm):
     """k=1 over-fetches 10 by cosine; twelve memories about trains outrank, by cosine, the one that names the
     rare locker number asked for: hybrid search joins it from BM25 (cosine computed here) and ranks it first,
     and the LoCoMo candidate replay, from its own cached cosine list, returns the same hit."""
     from adiyan.eval.locomo.paths import CandidateMemory
 
-    mem = memory(**{"memory.search": "hybrid", "memory.recency": False})
+    mem = memory_factory(minilm, **{"memory.search": "hybrid", "memory.recency": False})
     noise = [f"The train to Porto number {n} left late again, the train was full." for n in range(12)]
     for i, t in enumerate(noise):
         mem.add(t, user_id="u", created_at=at(30 + i))
@@ -193,8 +178,8 @@ def test_hybrid_brings_a_memory_outside_the_dense_over_fetch_and_the_replay_rank
     assert [(h.id, round(h.score, 9)) for h in got] == [(h.id, round(h.score, 9)) for h in hits]
 
 
-def test_the_lexical_index_forgets_deleted_memories(memory):
-    mem = memory(**{"memory.search": "hybrid", "memory.recency": False})
+def test_the_lexical_index_forgets_deleted_memories(memory_factory, minilm):
+    mem = memory_factory(minilm, **{"memory.search": "hybrid", "memory.recency": False})
     mem.add("My locker code is 9988.", user_id="u", created_at=at(3))
     assert mem.search("locker 9988", user_id="u", k=1, now=NOW)[0].lexical == 1.0
     assert mem.delete_all("u") == 1
