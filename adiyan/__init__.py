@@ -32,7 +32,7 @@ LAYERS = {
     "adiyan.cache": 1, "adiyan.store": 1, "adiyan.ingest": 1, "adiyan.chunking": 1, "adiyan.chunking_llamaindex": 1, "adiyan.models": 1,
     "adiyan.kb": 2,
     "adiyan.retrieval": 3,
-    "adiyan.memory": 4, "adiyan.generation": 4,
+    "adiyan.memory": 4, "adiyan.memory_mem0": 4, "adiyan.generation": 4,
     "adiyan.factory": 5, "adiyan.context": 5,
     "adiyan.agent": 6, "adiyan.ask": 6,
     "adiyan.report": 7,

@@ -122,6 +122,20 @@ class EmbeddingCache:
     def __len__(self) -> int:
         return int(self._conn().execute("SELECT COUNT(*) FROM embeddings").fetchone()[0])
 
+    def forget(self, keys: Sequence[str]) -> int:
+        """Drop these rows (a deleted memory's text must not stay recoverable from its vector, nor its
+        membership from its key); returns how many were held."""
+        conn = self._conn()
+        gone = 0
+        uniq = list(dict.fromkeys(keys))
+        with conn:
+            for i in range(0, len(uniq), 500):
+                chunk = uniq[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                gone += conn.execute(f"DELETE FROM embeddings WHERE key IN ({marks})", chunk).rowcount
+                conn.execute(f"DELETE FROM truncated WHERE key IN ({marks})", chunk)
+        return gone
+
     def mark_truncated(self, keys: Sequence[str]) -> None:
         """Remember that these rows were embedded from inputs cut to the model's window."""
         if keys:
@@ -204,6 +218,17 @@ class CachedEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         rows = np.stack([found[k] for k in keys]).astype(np.float32)
         return self.inner.cut(rows) if self._full else rows
+
+    def keys_of(self, texts: Sequence[str], kind: Kind | None = "document") -> list[str]:
+        """The cache keys these texts are (or would be) held under."""
+        pre = self.prefix(kind)
+        return [embedding_key(self._key_id, pre, t) for t in texts]
+
+    def forget(self, texts: Sequence[str], kind: Kind | None = "document") -> int:
+        """Drop the cached rows of these texts (see :meth:`EmbeddingCache.forget`); returns how many were held."""
+        keys = self.keys_of(texts, kind)
+        self._truncated.difference_update(keys)
+        return self.cache.forget(keys)
 
     def _embed_misses(self, todo: dict[str, str], kind: Kind | None) -> dict[str, np.ndarray]:
         """Embed the misses slice by slice, committing each slice to the cache before the next."""

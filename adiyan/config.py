@@ -217,9 +217,19 @@ class MemoryConfig(_Section):
     # memory that a newer candidate supersedes (texts' cosine >= supersede_min_similarity, or >= the cue
     # threshold when the newer text states a change: "now", "instead", "moved", "not", ...), by the gap to
     # it. Thresholds chosen on LoCoMo's first two conversations (a dev split) with incident 3 held: docs/locomo.md
-    recency_scope: Literal["all", "superseded"] = "superseded"
+    # below_superseder = a superseded memory is only placed just below its newest superseder (when it scored
+    # above it); nothing else moves and no half-life applies (recency as an order, not a decay)
+    recency_scope: Literal["all", "superseded", "below_superseder"] = "superseded"
     supersede_min_similarity: float = Field(0.8, ge=-1, le=1)
     supersede_cue_min_similarity: float = Field(0.7, ge=-1, le=1)
+    # More signals for hybrid search (issue 43): packaged embedders (minilm | mpnet | nomic-embed-text, as in
+    # embedder.extra) whose cosine with the query is computed for every candidate through the embedding cache
+    # (a memory's text is embedded by each when it is remembered). signal_weights weighs the fused score by
+    # signal name: "bm25", "dense" (the memory's own embedder, which also finds the candidates) and each
+    # name here; None = lexical_weight for bm25 and the rest for dense. Measured in docs/locomo.md
+    # (benchmarks/locomo_signals.py, regression locomo-memory-signals).
+    extra_embedders: list[str] = Field(default_factory=list)
+    signal_weights: dict[str, float] | None = None
     # mem0 consolidation (infer=True): mem0 stores the facts the LLM extracts (held to mem0's schema,
     # adiyan/models/consolidation.py) instead of each message; needs llm.context_size >= 12288 (refused
     # otherwise). None decides by the model's capability (a server model with that window).

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,6 +41,7 @@ import numpy as np
 from .factory import open_embedder, open_memory, open_retriever
 from .generation import Answer, answer_question
 from .memory import KINDS, MemoryHit
+from .retrieval.memory_rank import check_signal_weights
 from .retrieval.recency import age_days, parse_timestamp, recency_weight, to_utc_iso
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
@@ -155,11 +157,16 @@ def assemble(settings, message: str, *, memory=None, user_id: str | None = None,
     if memory is not None and user_id is not None:
         mc = settings.memory
         opened = {"half_life_days": memory.half_life_days, "search": getattr(memory, "search_mode", mc.search),
-                  "recency_scope": getattr(memory, "recency_scope", mc.recency_scope)}
+                  "recency_scope": getattr(memory, "recency_scope", mc.recency_scope),
+                  "extra_embedders": list(getattr(memory, "extra_embedders", mc.extra_embedders))}
+        wanted = {n: list(getattr(mc, n)) if n == "extra_embedders" else getattr(mc, n) for n in opened}
+        if hasattr(memory, "signal_weights"):  # as checked and kept by the memory (zero weights dropped)
+            opened["signal_weights"] = memory.signal_weights
+            wanted["signal_weights"] = check_signal_weights(mc.signal_weights, mc.extra_embedders, mc.search)
         for name, value in opened.items():
-            if value != getattr(mc, name):
+            if value != wanted[name]:
                 raise ValueError(f"the memory was opened with memory.{name}={value} but the settings say "
-                                 f"memory.{name}={getattr(mc, name)}: open it with these settings")
+                                 f"memory.{name}={wanted[name]}: open it with these settings")
         facts, dropped = recall_facts(memory, message, user_id, now=now_iso, min_similarity=cc.facts_min_similarity,
                                       min_relative=cc.facts_min_relative, k=settings.memory.top_k,
                                       recency=settings.memory.recency)
@@ -273,6 +280,16 @@ class Conversation:
         self.add_turn("assistant", out.text, at=now)
         return out, ctx, res
 
+    def delete(self) -> int:
+        """Forget this conversation: its transcript and every memory (facts and preferences) stated in it.
+        Returns how many memories went."""
+        n = 0
+        if self.memory is not None:
+            n = sum(self.memory.delete_conversation(self.user, self.id, kind) for kind in KINDS)
+        self.path.unlink(missing_ok=True)
+        self.turns = []
+        return n
+
     def close(self) -> None:
         if self._owns_memory and self.memory is not None:
             self.memory.close()
@@ -283,3 +300,15 @@ class Conversation:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def forget_user(settings, user: str, memory) -> int:
+    """Forget a user: every memory of every kind and every conversation transcript under
+    ``paths.data_dir/conversations/<user>/``. Returns how many memories went."""
+    if not isinstance(user, str) or not _ID.match(user) or ".." in user:
+        raise ValueError(f"user {user!r}: use letters, digits, '.', '_', '@' or '-' (at most 128, no '..')")
+    n = sum(memory.delete_all(user, kind) for kind in KINDS) if memory is not None else 0
+    folder = Path(settings.paths.data_dir) / "conversations" / user
+    if folder.is_dir():
+        shutil.rmtree(folder)
+    return n

@@ -18,7 +18,7 @@ from .ingest.rawstore import RawStore
 from .kb import KnowledgeBase
 from .kb.pages import BookPages
 from .memory import Memory
-from .models import embedder_from_settings, llm_from_settings
+from .models import embedder_from_settings, extra_embedders_from_settings, llm_from_settings
 from .retrieval.floor import resolve_floor
 from .retrieval import Retriever
 from .store import open_store
@@ -39,12 +39,7 @@ def open_extra_embedders(settings: Settings, *, progress: bool = True) -> dict:
     if settings.embedder.name in names:
         raise ValueError(f"embedder.extra={names}: {settings.embedder.name!r} is already the main embedder "
                          f"(embedder.name); its vector would be stored twice")
-    out = {}
-    for name in names:
-        one = settings.with_overrides({"embedder.name": name, "embedder.url": None, "embedder.model": None,
-                                       "embedder.truncate_dim": None})
-        out[name] = embedder_from_settings(one, progress=progress)
-    return out
+    return extra_embedders_from_settings(settings, names, progress=progress)
 
 
 def open_llm(settings: Settings):

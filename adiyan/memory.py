@@ -43,12 +43,11 @@ recency off and dense search it returns the top k by similarity.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
-import threading
 import warnings
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -57,22 +56,23 @@ import numpy as np
 
 from .cache import CallCache, embedder_identity
 from .cache import call_cache as make_call_cache
-from .models import embedder_from_settings, llm_from_settings
+from .models import embedder_from_settings, extra_embedders_from_settings, llm_from_settings
 from .models.base import ModelError
 from .models.consolidation import (  # noqa: F401 - re-exported: the memory's consolidation names
     CONSOLIDATION_MAX_TOKENS, MEM0_FACTS_SCHEMA, MIN_CONSOLIDATION_CONTEXT, ConsolidationStats, Consolidator,
     consolidation_capable, consolidation_identity, resolve_infer,
 )
 from .retrieval.bm25 import BM25Retriever
-from .retrieval.memory_rank import Candidate, rank_memories, with_lexical
+from .retrieval.memory_rank import Candidate, check_signal_weights, rank_memories, with_lexical
 from .retrieval.recency import overfetch_size, parse_timestamp, to_utc_iso
+from .memory_mem0 import PROVIDER, import_mem0, mem0_session_scope  # noqa: F401 - mem0_session_scope re-exported
 from .store.base import CollectionMeta, EmbedderMismatchError, StoreError
 
 KINDS = ("conversation", "coaching")
 ROLES = ("user", "assistant")
 DEFAULT_TOP_K = 5
-PROVIDER = "adiyan"  # the name our adapters are registered under in mem0's factories
 _LIST_LIMIT = 100_000
+_DENSE_KEPT = 256  # similarity searches kept (local mode, until the next write)
 
 log = logging.getLogger(__name__)
 
@@ -109,117 +109,10 @@ class MemoryRecord:
     metadata: dict = field(default_factory=dict, compare=False)
 
 
-# -- consolidation capability ---------------------------------------------------------------
-
-# -- mem0, imported lazily and offline -------------------------------------------------------
-
-_mem0_lock = threading.Lock()
-_mem0_ready = False
-
-
-class _DropExpected(logging.Filter):
-    """mem0 warns at every start that the optional BM25/spaCy extras are missing: expected here."""
-
-    _EXPECTED = ("spaCy is not installed", "fastembed not installed")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
-        return not any(s in msg for s in self._EXPECTED)
-
-
-def _import_mem0(home: Path):
-    """Import mem0 with telemetry off and register the adiyan adapters (once per process)."""
-    global _mem0_ready
-    with _mem0_lock:
-        if _mem0_ready:
-            import mem0  # heavy, optional: mem0 loads only when a Memory is opened
-
-            return mem0
-        os.environ["MEM0_TELEMETRY"] = "False"
-        if "MEM0_DIR" not in os.environ:
-            home.mkdir(parents=True, exist_ok=True)
-            os.environ["MEM0_DIR"] = str(home)
-        # heavy, optional, and only after MEM0_TELEMETRY / MEM0_DIR are set (mem0 reads them on import):
-        import mem0  # heavy: see above
-        import mem0.memory.main as mem0_main  # heavy: see above
-        import mem0.memory.telemetry as mem0_telemetry  # heavy: see above
-        from mem0.embeddings.base import EmbeddingBase  # heavy: see above
-        from mem0.llms.base import LLMBase  # heavy: see above
-        from mem0.utils.factory import EmbedderFactory, LlmFactory  # heavy: see above
-
-        if mem0_telemetry.MEM0_TELEMETRY:  # imported elsewhere before us, with telemetry on
-            log.warning("mem0 was imported with telemetry on; adiyan turns it off")
-            mem0_telemetry.MEM0_TELEMETRY = False
-            mem0_main.MEM0_TELEMETRY = False
-        _no_spacy_downloads()
-        for name in ("mem0.utils.spacy_models", "mem0.vector_stores.qdrant"):
-            logging.getLogger(name).addFilter(_DropExpected())
-
-        class AdiyanEmbedding(EmbeddingBase):
-            """mem0 embedder backed by an adiyan embedder object (``config.model``)."""
-
-            def __init__(self, config=None):
-                super().__init__(config)
-                self.embedder = self.config.model
-                if self.embedder is None or not hasattr(self.embedder, "embed"):
-                    raise ValueError("the adiyan mem0 embedder needs an adiyan embedder as config.model")
-                self.config.embedding_dims = self.embedder.dim
-
-            @staticmethod
-            def _kind(memory_action):
-                return "query" if memory_action == "search" else "document"
-
-            def embed(self, text, memory_action=None):
-                return self.embedder.embed([text], self._kind(memory_action))[0].tolist()
-
-            def embed_batch(self, texts, memory_action="add"):
-                return [row.tolist() for row in self.embedder.embed(list(texts), self._kind(memory_action))]
-
-        class AdiyanLLM(LLMBase):
-            """mem0 LLM backed by an adiyan LLM (``config.model``: the LLM or a zero-argument loader)."""
-
-            def __init__(self, config=None):
-                super().__init__(config)
-                self._source = self.config.model
-                self._llm = None
-                self.consolidator = Consolidator()  # the owning Memory puts its own in
-
-            def _validate_config(self):
-                pass
-
-            def _model(self):
-                if self._llm is None:
-                    if self._source is None:
-                        raise RuntimeError("memory consolidation (infer=True) needs an LLM; none is configured")
-                    self._llm = self._source() if callable(self._source) and not hasattr(self._source, "chat") \
-                        else self._source
-                return self._llm
-
-            def generate_response(self, messages, tools=None, tool_choice="auto", response_format=None, **kwargs):
-                if tools:
-                    raise NotImplementedError("adiyan LLMs do not do tool calls for mem0")
-                return self.consolidator.reply(self._model(), messages, response_format)
-
-        # mem0's factories load providers by dotted path: expose the classes on this module.
-        globals()["AdiyanMem0Embedding"] = AdiyanEmbedding
-        globals()["AdiyanMem0LLM"] = AdiyanLLM
-        EmbedderFactory.provider_to_class[PROVIDER] = f"{__name__}.AdiyanMem0Embedding"
-        LlmFactory.register_provider(PROVIDER, f"{__name__}.AdiyanMem0LLM")
-        _mem0_ready = True
-        return mem0
-
-
-def _no_spacy_downloads() -> None:
-    """mem0 pip-installs spaCy's en_core_web_sm when spaCy is present without it: never offline."""
-    if importlib.util.find_spec("spacy") is None:
-        return  # mem0 then logs once and goes without lemmas and entities
-    import spacy  # heavy, optional: only when spaCy is installed
-
-    if not spacy.util.is_package("en_core_web_sm"):
-        from mem0.utils import spacy_models  # heavy: mem0, imported by _import_mem0 just before
-
-        spacy_models._load_failed_full = True
-        spacy_models._load_failed_lemma = True
+def _unit(rows) -> np.ndarray:
+    v = np.asarray(rows, dtype=np.float32)
+    n = np.linalg.norm(v, axis=1, keepdims=True)
+    return v / np.where(n == 0, 1.0, n)
 
 
 # -- the memory ------------------------------------------------------------------------------
@@ -236,10 +129,12 @@ class Memory:
                  overfetch_min: int = 10, recency: bool = True, mem0_home: str | os.PathLike = ".cache/adiyan/mem0",
                  call_cache: CallCache | None = None, search: str = "hybrid", lexical_weight: float = 0.5,
                  recency_scope: str = "superseded", supersede_min_similarity: float = 0.8,
-                 supersede_cue_min_similarity: float | None = 0.7):
+                 supersede_cue_min_similarity: float | None = 0.7, extra_embedders: dict | None = None,
+                 signal_weights: dict[str, float] | None = None):
         """``path`` (local Qdrant folder) or ``url`` (Qdrant server); ``llm`` an adiyan LLM or a
         zero-argument loader, used only when ``infer`` is on; ``call_cache`` keeps its schema-valid
-        consolidation replies by prompt hash."""
+        consolidation replies by prompt hash; ``extra_embedders`` ({name: embedder}) add their cosines to
+        hybrid search, fused by ``signal_weights`` (:func:`adiyan.retrieval.memory_rank.fuse`)."""
         if (path is None) == (url is None):
             raise ValueError("Memory needs exactly one of path= (local Qdrant) or url= (Qdrant server)")
         if infer and llm is None:
@@ -256,15 +151,18 @@ class Memory:
         self.supersede_min_similarity = float(supersede_min_similarity)
         self.supersede_cue_min_similarity = (None if supersede_cue_min_similarity is None
                                              else float(supersede_cue_min_similarity))
+        self.extra_embedders = dict(extra_embedders or {})
+        self.signal_weights = check_signal_weights(signal_weights, list(self.extra_embedders), self.search_mode)
         self._lexical_index: dict[tuple[str, str], tuple[int, Any, dict]] = {}  # (user, kind) -> (writes, BM25, records)
         self._writes = 0  # adds and deletes through this object: a lexical index older than the last is rebuilt
+        self._dense_kept: OrderedDict[tuple, tuple[int, list[Candidate]]] = OrderedDict()  # local mode
         self.infer = bool(infer)
         self.has_llm = llm is not None
         self.collection_prefix = collection_prefix
         self.where = url or str(path)
         self._consolidator = Consolidator(call_cache)
-        mem0 = _import_mem0(Path(mem0_home))
-        from mem0.configs.base import MemoryConfig as Mem0Config  # heavy: mem0, after _import_mem0
+        mem0 = import_mem0(Path(mem0_home))
+        from mem0.configs.base import MemoryConfig as Mem0Config  # heavy: mem0, after import_mem0
         from mem0.embeddings.configs import EmbedderConfig as Mem0EmbedderConfig  # heavy: mem0
         from mem0.llms.configs import LlmConfig as Mem0LlmConfig  # heavy: mem0
         from mem0.vector_stores.configs import VectorStoreConfig  # heavy: mem0
@@ -347,7 +245,9 @@ class Memory:
                    overfetch_factor=mc.overfetch_factor, overfetch_min=mc.overfetch_min, recency=mc.recency,
                    search=mc.search, lexical_weight=mc.lexical_weight, recency_scope=mc.recency_scope,
                    supersede_min_similarity=mc.supersede_min_similarity,
-                   supersede_cue_min_similarity=mc.supersede_cue_min_similarity, mem0_home=Path(settings.paths.cache_dir) / "mem0",
+                   supersede_cue_min_similarity=mc.supersede_cue_min_similarity,
+                   extra_embedders=extra_embedders_from_settings(settings, mc.extra_embedders, progress=False),
+                   signal_weights=mc.signal_weights, mem0_home=Path(settings.paths.cache_dir) / "mem0",
                    call_cache=make_call_cache(settings, "mem0") if infer else None)
 
     def collection(self, kind: str) -> str:
@@ -421,6 +321,10 @@ class Memory:
             self._consolidator.observation_date = None
             self._writes += 1  # after the write, even a failed one: the next search re-reads the user's memories
         results = out.get("results", []) if isinstance(out, dict) else out
+        for emb in self.extra_embedders.values():  # each extra signal's vector of what was stored, cached now
+            stored = [r.get("memory") for r in results if r.get("memory")] if use_infer else [text]
+            if stored:
+                emb.embed(stored, "document")
         return results[0]["id"] if results else None
 
     # -- read ------------------------------------------------------------------------------
@@ -445,7 +349,25 @@ class Memory:
         return self.rank(query, dense, user_id=user_id, kind=kind, k=k, recency=use_recency, now=now_dt, depth=fetch)
 
     def dense_candidates(self, query: str, *, user_id: str, kind: str, depth: int) -> list[Candidate]:
-        """The ``depth`` memories of ``user_id`` most similar to ``query`` (mem0's cosine), best first."""
+        """The ``depth`` memories of ``user_id`` most similar to ``query`` (mem0's cosine), best first.
+
+        In local mode (one process holds the folder) the last searches are kept, per (kind, user, query),
+        until this memory next writes: Qdrant's local mode checks the user filter against every payload in
+        Python (~0.1 s at 5,000 memories), and one turn searches the same message from the context, the
+        agent's tool and the conversation. (Per depth: mem0 cuts its own top before the order here.)"""
+        key = (kind, user_id, query, int(depth))
+        held = None if self.engine == "server" else self._dense_kept.get(key)
+        if held is not None and held[0] == self._writes:
+            self._dense_kept.move_to_end(key)
+            return list(held[1])
+        cands = self._dense_search(query, user_id=user_id, kind=kind, depth=depth)
+        if self.engine != "server":
+            self._dense_kept[key] = (self._writes, cands)
+            while len(self._dense_kept) > _DENSE_KEPT:
+                self._dense_kept.popitem(last=False)
+        return list(cands)
+
+    def _dense_search(self, query: str, *, user_id: str, kind: str, depth: int) -> list[Candidate]:
         out = self._mem(kind).search(query, top_k=depth, filters={"user_id": user_id}, threshold=0.0,
                                      explain=True)
         cands = []
@@ -480,9 +402,18 @@ class Memory:
         return {bm.ids[i]: float(s[i]) for i in np.flatnonzero(s > 0)}, recs
 
     def _unit_vectors(self, texts: list[str], task: str) -> np.ndarray:
-        v = np.asarray(self.embedder.embed(list(texts), task), dtype=np.float32)
-        n = np.linalg.norm(v, axis=1, keepdims=True)
-        return v / np.where(n == 0, 1.0, n)
+        return _unit(self.embedder.embed(list(texts), task))
+
+    def _with_signals(self, query: str, cands: list[Candidate]) -> list[Candidate]:
+        """``cands`` with each extra embedder's cosine of query and memory text in ``signals``."""
+        if not self.extra_embedders or not cands:
+            return cands
+        sims = {}
+        for name, emb in self.extra_embedders.items():
+            q = _unit(emb.embed([query], "query"))[0]
+            sims[name] = _unit(emb.embed([c.text for c in cands], "document")) @ q
+        return [replace(c, signals={**c.signals, **{n: float(v[i]) for n, v in sims.items()}})
+                for i, c in enumerate(cands)]
 
     def rank(self, query: str, dense: list[Candidate], *, user_id: str, kind: str, k: int, recency: bool,
              now: datetime, depth: int) -> list[MemoryHit]:
@@ -498,13 +429,15 @@ class Memory:
                 sims = self._unit_vectors([r.text for r in extra], "document") @ q
                 cands += [Candidate(r.id, r.text, float(s), r.created_at, dict(r.metadata)) for r, s in zip(extra, sims)]
             cands = with_lexical(cands, scores)
+            cands = self._with_signals(query, cands)
         vectors = None
-        if recency and self.recency_scope == "superseded" and len(cands) > 1:
+        if recency and self.recency_scope in ("superseded", "below_superseder") and len(cands) > 1:
             vectors = self._unit_vectors([c.text for c in cands], "document")
         ranked = rank_memories(cands, now=now, k=k, search=self.search_mode, lexical_weight=self.lexical_weight,
                                recency=recency, scope=self.recency_scope, half_life_days=self.half_life_days,
                                vectors=vectors, supersede_min_similarity=self.supersede_min_similarity,
-                               supersede_cue_min_similarity=self.supersede_cue_min_similarity)
+                               supersede_cue_min_similarity=self.supersede_cue_min_similarity,
+                               signal_weights=self.signal_weights)
         return [MemoryHit(text=r.candidate.text, similarity=r.candidate.similarity, weight=r.weight, score=r.score,
                           created_at=r.candidate.created_at, id=r.candidate.id, age_days=r.age_days, kind=kind,
                           metadata=dict(r.candidate.metadata), lexical=r.candidate.lexical,
@@ -520,15 +453,53 @@ class Memory:
         recs.sort(key=lambda m: (parse_timestamp(m.created_at), m.id))
         return recs
 
+    # -- forget ----------------------------------------------------------------------------
+    def delete(self, memory_id: str, *, user_id: str, kind: str = "conversation") -> bool:
+        """Forget one memory of ``user_id``. False when this user has no memory of that id: another
+        user's memory is neither deleted nor revealed to exist."""
+        return self._forget(kind, user_id, [r for r in self.all(user_id, kind) if r.id == str(memory_id)]) == 1
+
+    def delete_conversation(self, user_id: str, conversation_id: str, kind: str = "conversation") -> int:
+        """Forget every memory ``user_id`` stated in conversation ``conversation_id`` (their ``conversation``
+        metadata, as :class:`adiyan.context.Conversation` writes it); returns how many there were."""
+        return self._forget(kind, user_id, [r for r in self.all(user_id, kind)
+                                            if r.metadata.get("conversation") == conversation_id])
+
     def delete_all(self, user_id: str, kind: str = "conversation") -> int:
         """Forget every memory of ``user_id`` of this kind; returns how many there were."""
-        n = len(self.all(user_id, kind))
-        if n:
-            try:
-                self._mem(kind).delete_all(user_id=user_id)
-            finally:
-                self._writes += 1
-        return n
+        return self._forget(kind, user_id, self.all(user_id, kind))
+
+    def _forget(self, kind: str, user_id: str, recs: list[MemoryRecord]) -> int:
+        """Delete ``recs`` (memories of ``user_id``) from the store and from every copy of their text this
+        memory keeps: mem0's history database (the ADD row's new value and the DELETE row's old value), the
+        user's recent messages mem0 keeps for consolidation, the embedding cache's rows and keys (the vector
+        of a text can be inverted, its key confirms a guessed text) and the BM25 index (rebuilt)."""
+        if not recs:
+            return 0
+        mem = self._mem(kind)
+        try:
+            for r in recs:
+                mem.delete(r.id)
+        finally:
+            self._writes += 1
+            self._purge_copies(kind, user_id, recs)
+        return len(recs)
+
+    def _purge_copies(self, kind: str, user_id: str, recs: list[MemoryRecord]) -> None:
+        ids, texts = [r.id for r in recs], list(dict.fromkeys(r.text for r in recs))
+        db = self._mem(kind).db  # mem0's SQLiteManager: its connection and lock
+        scope = mem0_session_scope(user_id)
+        with db._lock, db.connection:
+            for i in range(0, len(ids), 500):
+                part = ids[i : i + 500]
+                db.connection.execute(f"DELETE FROM history WHERE memory_id IN ({','.join('?' * len(part))})", part)
+            for i in range(0, len(texts), 500):
+                part = texts[i : i + 500]
+                db.connection.execute(f"DELETE FROM messages WHERE session_scope = ? AND content IN "
+                                      f"({','.join('?' * len(part))})", [scope, *part])
+        forget = getattr(self.embedder, "forget", None)  # a CachedEmbedder; a bare model keeps no rows
+        if forget is not None:
+            forget(texts, "document")
 
     def count(self, user_id: str, kind: str = "conversation") -> int:
         return len(self.all(user_id, kind))

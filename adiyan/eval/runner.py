@@ -32,6 +32,8 @@ from .agent_eval import run_agent_eval
 from .conversations import run_conversations
 from .evalset import EvalsetError, check_evalset_path, incidents_apply, is_conversation_set
 from .locomo.data import is_locomo_file
+from .memory_safety import is_memory_safety_set, run_memory_safety
+from .memory_safety_report import summary_lines as memory_safety_summary_lines
 from .locomo.run import run_locomo
 from .locomo.run import summary_lines as locomo_summary_lines
 from .beir_protocol import beir_report, refuse_beir_protocol
@@ -83,6 +85,9 @@ def run_eval(settings, *, progress: bool = True, run_id: str | None = None, inci
     if is_locomo_file(settings.eval.evalset):  # LoCoMo, a .json file: the memory engine on public data (locomo/)
         return _gate(run_locomo(settings, progress=progress, run_id=run_id, incidents=replay,
                                 incidents_why=incidents_why))
+    if is_memory_safety_set(settings.eval.evalset):  # many users in one memory: isolation, updates, deletion
+        return _gate(run_memory_safety(settings, progress=progress, run_id=run_id, incidents=replay,
+                                       incidents_why=incidents_why))
     if is_conversation_set(settings.eval.evalset):  # a multi-turn set: replayed turn by turn (conversations.py)
         return _gate(run_conversations(settings, progress=progress, run_id=run_id, incidents=replay,
                                        incidents_why=incidents_why))
@@ -221,6 +226,8 @@ def summary_lines(run_dir: Path) -> list[str]:
     m = json.loads((Path(run_dir) / "metrics.json").read_text())
     if (m.get("dataset") or {}).get("kind") == "locomo":  # its own table: recall per path and category
         return locomo_summary_lines(run_dir)
+    if (m.get("dataset") or {}).get("kind") == "memory-safety":  # counts per read path and copy
+        return memory_safety_summary_lines(run_dir)
     lines = [f"run {m['run_id']}  config {m['config_hash'][:12]}  dataset {m['dataset']['name']} "
              f"({m['dataset']['n_questions']} questions, {m['dataset']['n_chunks']} chunks)",
              f"embedder {m['models']['embedder']['id']}  llm {(m['models']['llm'] or {}).get('id')}  "

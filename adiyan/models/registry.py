@@ -159,6 +159,17 @@ def embedder_from_settings(settings, *, cached: bool = True, progress: bool = Tr
     return CachedEmbedder(emb, EmbeddingCache(Path(settings.paths.cache_dir) / "embeddings.sqlite"), progress=progress)
 
 
+def extra_embedders_from_settings(settings, names, *, progress: bool = True) -> dict:
+    """Packaged embedders by name, each behind the embedding cache and loaded like the main one (models
+    folder, batch size, threads); a server URL, model name or Matryoshka width applies to the main one only."""
+    out = {}
+    for name in names:
+        one = settings.with_overrides({"embedder.name": name, "embedder.url": None, "embedder.model": None,
+                                       "embedder.truncate_dim": None})
+        out[name] = embedder_from_settings(one, progress=progress)
+    return out
+
+
 def llm_from_settings(settings):
     lc = settings.llm
     embedder = None

@@ -54,7 +54,8 @@ _CUE_RE = re.compile(r"\b(?:" + "|".join(re.escape(c).replace(r"\ ", r"\s+") for
 def states_change(text: str) -> bool:
     """Whether ``text`` carries a change cue (:data:`CHANGE_CUES`, whole words, any case)."""
     return bool(_CUE_RE.search(text or ""))
-RECENCY_SCOPES = ("all", "superseded")
+RECENCY_SCOPES = ("all", "superseded", "below_superseder")
+BELOW = 1e-6  # below_superseder: how far under its superseder a superseded memory is put
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Candidate:
     created_at: str  # UTC ISO-8601
     metadata: dict = field(default_factory=dict, compare=False)
     lexical: float = 0.0  # BM25 / the best BM25 of the user's memories for this query (0..1)
+    signals: dict = field(default_factory=dict, compare=False)  # more cosines by embedder name (memory.extra_embedders)
 
 
 @dataclass(frozen=True)
@@ -79,21 +81,55 @@ class Ranked:
     superseded_by: str | None = None  # id of the newest candidate that supersedes this one
 
 
-def fuse(c: Candidate, search: str, lexical_weight: float) -> float:
-    """The candidate's score before time: its cosine (dense) or the convex mix with BM25 (hybrid)."""
+def fuse(c: Candidate, search: str, lexical_weight: float, weights: dict[str, float] | None = None) -> float:
+    """The candidate's score before time: its cosine (dense) or the convex mix with BM25 (hybrid); with
+    ``weights`` (hybrid, ``memory.signal_weights``) the convex mix of every named signal: ``bm25``, ``dense``
+    and each extra embedder's cosine in ``c.signals``."""
     if search == "dense":
         return float(c.similarity)
-    if search == "hybrid":
+    if search != "hybrid":
+        raise ValueError(f"memory.search must be one of {SEARCH_MODES}, got {search!r}")
+    if not weights:
         return float(lexical_weight) * float(c.lexical) + (1.0 - float(lexical_weight)) * float(c.similarity)
-    raise ValueError(f"memory.search must be one of {SEARCH_MODES}, got {search!r}")
+    total = sum(weights.values())
+    value = {"bm25": float(c.lexical), "dense": float(c.similarity)}
+    return sum(w * (value[n] if n in value else float(c.signals[n])) for n, w in weights.items()) / total
+
+
+def check_signal_weights(weights: dict[str, float] | None, extra: Sequence[str], search: str) -> dict | None:
+    """``memory.signal_weights`` checked against ``memory.extra_embedders``: a clear error naming the setting."""
+    if not weights and not extra:
+        return None
+    if search != "hybrid":
+        raise ValueError(f"memory.extra_embedders / memory.signal_weights fuse signals: they need "
+                         f"memory.search=hybrid, not {search!r}")
+    if len(set(extra)) != len(list(extra)):
+        raise ValueError(f"memory.extra_embedders={list(extra)}: a name appears twice")
+    if not weights:
+        raise ValueError(f"memory.extra_embedders={list(extra)} needs memory.signal_weights (by name: bm25, dense, "
+                         f"{', '.join(extra)})")
+    known = {"bm25", "dense", *extra}
+    unknown = sorted(set(weights) - known)
+    if unknown:
+        raise ValueError(f"memory.signal_weights names {unknown}: not a signal (bm25, dense, or a name in "
+                         f"memory.extra_embedders={list(extra)})")
+    if any(not isinstance(v, (int, float)) or v < 0 for v in weights.values()) or sum(weights.values()) <= 0:
+        raise ValueError(f"memory.signal_weights={weights}: weights must be >= 0 and not all 0")
+    unused = [n for n in extra if not weights.get(n)]
+    if unused:
+        raise ValueError(f"memory.extra_embedders {unused} have no weight in memory.signal_weights: "
+                         f"they would be computed for nothing")
+    return {n: float(v) for n, v in weights.items() if v}
 
 
 def supersessions(cands: Sequence[Candidate], vectors: np.ndarray, min_similarity: float,
-                  cue_min_similarity: float | None = None, now: str | datetime | None = None) -> dict[int, int]:
+                  cue_min_similarity: float | None = None, now: str | datetime | None = None,
+                  newest: bool = True) -> dict[int, int]:
     """{i: j}: candidate i is superseded by j, the newest candidate created strictly after i (and, given
     ``now``, not after it: a correction not yet said supersedes nothing) whose text's cosine with i's
     reaches ``min_similarity``, or ``cue_min_similarity`` when j's text states a change
-    (:func:`states_change`). ``vectors`` are the candidates' L2-normalised text vectors."""
+    (:func:`states_change`). ``vectors`` are the candidates' L2-normalised text vectors. ``newest=False``:
+    {i: [every such j]}."""
     if len(cands) < 2:
         return {}
     v = np.asarray(vectors, dtype=np.float32)
@@ -108,7 +144,7 @@ def supersessions(cands: Sequence[Candidate], vectors: np.ndarray, min_similarit
     for i in range(len(cands)):
         newer = [j for j in range(len(cands)) if said[j] and times[j] > times[i] and sims[i, j] >= need[j]]
         if newer:
-            out[i] = max(newer, key=lambda j: (times[j], -j))
+            out[i] = max(newer, key=lambda j: (times[j], -j)) if newest else newer
     return out
 
 
@@ -116,7 +152,8 @@ def rank_memories(cands: Sequence[Candidate], *, now: str | datetime, k: int | N
                   lexical_weight: float = 0.5, recency: bool = True, scope: str = "all",
                   half_life_days: float = 14.0, vectors: np.ndarray | None = None,
                   supersede_min_similarity: float = 0.8,
-                  supersede_cue_min_similarity: float | None = None) -> list[Ranked]:
+                  supersede_cue_min_similarity: float | None = None,
+                  signal_weights: dict[str, float] | None = None) -> list[Ranked]:
     """The best ``k`` of ``cands`` (all when None), best first; ties keep the input order.
 
     ``vectors`` (the candidates' normalised text vectors) are needed only for ``scope="superseded"``."""
@@ -126,19 +163,21 @@ def rank_memories(cands: Sequence[Candidate], *, now: str | datetime, k: int | N
         raise ValueError(f"k must be >= 0 or None, got {k!r}")
     now_dt = parse_timestamp(now)
     sup: dict[int, int] = {}
-    if recency and scope == "superseded" and len(cands) > 1:
+    if recency and scope in ("superseded", "below_superseder") and len(cands) > 1:
         if vectors is None:
             raise ValueError("recency_scope=superseded needs the candidates' text vectors")
         sup = supersessions(cands, vectors, supersede_min_similarity, supersede_cue_min_similarity, now_dt)
     rows = []
     for i, c in enumerate(cands):
         age = age_days(c.created_at, now_dt)
-        base = fuse(c, search, lexical_weight)
+        base = fuse(c, search, lexical_weight, signal_weights)
         by = None
         if not recency:
             w = 1.0
         elif scope == "all":
             w = recency_weight(age, half_life_days)
+        elif scope == "below_superseder":
+            w, by = 1.0, (cands[sup[i]] if i in sup else None)  # placed under its superseder below
         elif i in sup:
             by = cands[sup[i]]
             gap = (parse_timestamp(by.created_at) - parse_timestamp(c.created_at)).total_seconds() / SECONDS_PER_DAY
@@ -146,6 +185,9 @@ def rank_memories(cands: Sequence[Candidate], *, now: str | datetime, k: int | N
         else:
             w = 1.0
         rows.append(Ranked(c, base * w, w, age, base, by.id if by is not None else None))
+    if recency and scope == "below_superseder" and sup:
+        rows = _below_superseders(rows, supersessions(cands, vectors, supersede_min_similarity,
+                                                      supersede_cue_min_similarity, now_dt, newest=False))
     rows.sort(key=lambda r: r.score, reverse=True)  # stable: equal scores keep the input order
     return rows if k is None else rows[:k]
 
@@ -154,3 +196,18 @@ def with_lexical(cands: Sequence[Candidate], bm25_scores: dict[str, float]) -> l
     """``cands`` with ``lexical`` = BM25 / the best BM25 in ``bm25_scores`` (the user's memories, this query)."""
     best = max(bm25_scores.values(), default=0.0)
     return [replace(c, lexical=(float(bm25_scores.get(c.id, 0.0)) / best) if best > 0 else 0.0) for c in cands]
+
+
+def _below_superseders(rows: list[Ranked], sup: dict[int, list[int]]) -> list[Ranked]:
+    """``below_superseder``: a superseded memory keeps its score unless that puts it at or above one of its
+    superseders, which then gets it just below the lowest of them (by :data:`BELOW`): a correction outranks
+    what it corrects and nothing else moves. Newest first, so a chain (A corrected by B and C, B by C) ends
+    C > B > A."""
+    order = sorted(range(len(rows)), key=lambda i: parse_timestamp(rows[i].candidate.created_at), reverse=True)
+    out = list(rows)
+    for i in order:
+        if i in sup:
+            cap = min(out[j].score for j in sup[i]) - BELOW
+            if out[i].score > cap:
+                out[i] = replace(out[i], score=cap, weight=(cap / out[i].fused) if out[i].fused else 1.0)
+    return out

@@ -137,13 +137,14 @@ def stale_fact(settings, embedder) -> IncidentResult:
         after_settings = settings_for(settings, Path(tmp))
         # before: the seed's failure, cosine alone (dense search, no recency); the configured search without
         # recency gives the scores time works on (the margins); after: the configured memory
-        before_settings = after_settings.with_overrides({"memory.recency": False, "memory.search": "dense"})
+        before_settings = after_settings.with_overrides({"memory.recency": False, "memory.search": "dense",
+                                                         "memory.extra_embedders": [], "memory.signal_weights": None})
         before = _top_texts(before_settings, embedder, variants, add=True)
         untimed = (before if after_settings.memory.search == "dense" else
                    _top_texts(after_settings.with_overrides({"memory.recency": False}), embedder, variants, add=False))
         after = _top_texts(after_settings, embedder, variants, add=False)  # the same stored memories
     rows, closer, pair_vecs = [], 0, {}
-    superseded_scope = settings.memory.recency and settings.memory.recency_scope == "superseded"
+    superseded_scope = settings.memory.recency and settings.memory.recency_scope in ("superseded", "below_superseder")
     for v in variants:
         pv = np.asarray(embedder.embed([v["stale"], v["correction"]], "document"), dtype=np.float32)
         pair_vecs[v["id"]] = pv / np.linalg.norm(pv, axis=1, keepdims=True)

@@ -134,7 +134,9 @@ class CandidateMemory:
     """A :class:`Memory` whose conversation-memory searches are answered from one similarity
     search per (user, query) to ``depth``, ranked by the memory's own :meth:`Memory.rank` (so with its
     ``memory.search`` and recency settings, exactly as :meth:`Memory.search` ranks); a search needing
-    more than ``depth`` candidates goes to mem0. Anything else is the memory's own."""
+    more than ``depth`` candidates goes to mem0. Anything else is the memory's own. A write through the
+    memory (an add or a delete) drops every kept candidate, and the cache file is no longer written: it
+    holds the store as it was built."""
 
     def __init__(self, memory, depth: int = CANDIDATE_DEPTH, cache_file: Path | None = None):
         self.memory, self.depth, self.cache_file = memory, int(depth), cache_file
@@ -146,11 +148,16 @@ class CandidateMemory:
             if raw.get("depth") == self.depth:
                 self._cands = {k: [Candidate(**c) for c in v] for k, v in raw["candidates"].items()}
         self._loaded = len(self._cands)
+        self._writes = getattr(memory, "_writes", 0)
 
     def __getattr__(self, name):
         return getattr(self.memory, name)
 
     def candidates(self, query: str, user_id: str) -> list[Candidate]:
+        writes = getattr(self.memory, "_writes", 0)
+        if writes != self._writes:  # the memory changed (an add, a delete): no candidate kept is current
+            self._cands.clear()
+            self._writes, self._loaded, self.cache_file = writes, 0, None  # nor is the file, of the store as built
         key = f"{user_id}\x00{query}"
         if key not in self._cands:
             t0 = time.perf_counter()
