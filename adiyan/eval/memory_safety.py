@@ -77,11 +77,14 @@ class Store:
     """One memory holding every conversation of the set as its own user, in a fresh folder; the owner of
     every memory id and every text each user said, for counting leaks."""
 
-    def __init__(self, settings, ls: LocomoSet, embedder, folder: Path, progress: bool = False):
-        self.settings = settings.with_overrides({"paths.data_dir": str(folder), "store.engine": "edge",
-                                                 "memory.infer": False})
-        self.ls, self.embedder, self.folder = ls, embedder, folder
-        self.mem = Memory.from_settings(self.settings, embedder=embedder)
+    def __init__(self, settings, ls: LocomoSet, folder: Path, progress: bool = False):
+        # its own data and caches: a deletion's copies are counted in this run's embedding cache, which no
+        # other process writes (another job embedding the same public turns would put rows back)
+        self.settings = settings.with_overrides({"paths.data_dir": str(folder / "data"), "store.engine": "edge",
+                                                 "memory.infer": False, "paths.cache_dir": str(folder / "cache")})
+        self.ls, self.folder = ls, folder
+        self.embedder = open_embedder(self.settings, progress=progress)
+        self.mem = Memory.from_settings(self.settings, embedder=self.embedder)
         self.owner: dict[str, str] = {}  # memory id -> user
         self.texts: dict[str, set[str]] = {}  # user -> every text it said
         self.ids_of_dia: dict[tuple[str, str], str] = {}  # (user, dia_id) -> memory id
@@ -418,7 +421,7 @@ def refuse(settings) -> None:
                                  ENTRY_POINT, "nothing is answered: set eval.generate=false")
 
 
-def evaluate_safety(settings, ss: SafetySet, embedder, *, progress: bool = False) -> tuple[dict, dict, list[dict]]:
+def evaluate_safety(settings, ss: SafetySet, *, progress: bool = False) -> tuple[dict, dict, list[dict]]:
     """(metrics group, details, per-item rows) of one run, in a fresh store removed afterwards."""
     ls = load_locomo(ss.source)
     check_conversations(ss, ls)
@@ -428,7 +431,7 @@ def evaluate_safety(settings, ss: SafetySet, embedder, *, progress: bool = False
     timings = {}
     try:
         t0 = time.perf_counter()
-        store = Store(settings, ls, embedder, folder, progress=progress)
+        store = Store(settings, ls, folder, progress=progress)
         timings["build_s"] = time.perf_counter() - t0
         try:
             t0 = time.perf_counter()
@@ -440,6 +443,7 @@ def evaluate_safety(settings, ss: SafetySet, embedder, *, progress: bool = False
             t0 = time.perf_counter()
             dele, del_examples = deletion(store, ss, settings.seed, progress)
             timings["deletion_s"] = time.perf_counter() - t0
+            emb_stats = store.embedder.stats.as_dict()
         finally:
             store.close()
     finally:
@@ -459,7 +463,8 @@ def evaluate_safety(settings, ss: SafetySet, embedder, *, progress: bool = False
     }
     details = {"isolation": iso, "isolation_examples": iso_examples, "updates": upd, "updates_rows": upd_rows,
                "deletion": dele,
-               "deletion_examples": del_examples, "timings": {k: round(v, 3) for k, v in timings.items()}}
+               "deletion_examples": del_examples, "timings": {k: round(v, 3) for k, v in timings.items()},
+               "embeddings": emb_stats}
     return group, details, upd_rows
 
 
@@ -471,8 +476,8 @@ def run_memory_safety(settings, *, progress: bool = True, run_id: str | None = N
     t_start = time.perf_counter()
     ss = load_safety_set(settings.eval.evalset, settings.paths.datasets_dir)
     record = RunRecord.for_settings(settings, run_id)
-    embedder = open_embedder(settings, progress=progress)
-    group, details, rows = evaluate_safety(settings, ss, embedder, progress=progress)
+    embedder = open_embedder(settings, progress=progress)  # the configured one, for the incidents and the record
+    group, details, rows = evaluate_safety(settings, ss, progress=progress)
     groups = {"memory_safety": group}
     if incidents is not None:
         groups["incidents"] = incidents(embedder, record.dir)
@@ -490,7 +495,7 @@ def run_memory_safety(settings, *, progress: bool = True, run_id: str | None = N
                                "used": True}, "shared": False},
         "warnings": [], "metrics": groups, **record_fields(regression, incidents_why),
         "timings": timings,
-        "cache": {"embeddings": embedder.stats.as_dict(), "hits": embedder.stats.hits,
-                  "misses": embedder.stats.misses},
+        "cache": {"embeddings": details["embeddings"], "hits": details["embeddings"].get("hits"),
+                  "misses": details["embeddings"].get("misses")},  # the run's own cache (Store)
     }
     return record.finish(out, rows, rows_in_report=False, section=lambda run_dir: add_section(run_dir, out))
