@@ -128,12 +128,15 @@ class EmbeddingCache:
         conn = self._conn()
         gone = 0
         uniq = list(dict.fromkeys(keys))
+        conn.execute("PRAGMA secure_delete=ON")  # the freed pages are zeroed, not left with the vector
         with conn:
             for i in range(0, len(uniq), 500):
                 chunk = uniq[i : i + 500]
                 marks = ",".join("?" * len(chunk))
                 gone += conn.execute(f"DELETE FROM embeddings WHERE key IN ({marks})", chunk).rowcount
                 conn.execute(f"DELETE FROM truncated WHERE key IN ({marks})", chunk)
+        if gone:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # and the write-ahead log no longer holds it
         return gone
 
     def mark_truncated(self, keys: Sequence[str]) -> None:

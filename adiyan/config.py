@@ -217,7 +217,7 @@ class MemoryConfig(_Section):
     # memory that a newer candidate supersedes (texts' cosine >= supersede_min_similarity, or >= the cue
     # threshold when the newer text states a change: "now", "instead", "moved", "not", ...), by the gap to
     # it. Thresholds chosen on LoCoMo's first two conversations (a dev split) with incident 3 held: docs/locomo.md
-    # below_superseder = a superseded memory is only placed just below its newest superseder (when it scored
+    # below_superseder = a superseded memory is only placed just below the lowest of its superseders (when it scored
     # above it); nothing else moves and no half-life applies (recency as an order, not a decay)
     recency_scope: Literal["all", "superseded", "below_superseder"] = "superseded"
     supersede_min_similarity: float = Field(0.8, ge=-1, le=1)

@@ -283,9 +283,9 @@ class Conversation:
     def delete(self) -> int:
         """Forget this conversation: its transcript and every memory (facts and preferences) stated in it.
         Returns how many memories went."""
-        n = 0
-        if self.memory is not None:
-            n = sum(self.memory.delete_conversation(self.user, self.id, kind) for kind in KINDS)
+        if self.memory is None:
+            raise ValueError(f"conversation {self.id!r} has no memory open: its memories cannot be deleted with it")
+        n = sum(self.memory.delete_conversation(self.user, self.id, kind) for kind in KINDS)
         self.path.unlink(missing_ok=True)
         self.turns = []
         return n
@@ -307,7 +307,9 @@ def forget_user(settings, user: str, memory) -> int:
     ``paths.data_dir/conversations/<user>/``. Returns how many memories went."""
     if not isinstance(user, str) or not _ID.match(user) or ".." in user:
         raise ValueError(f"user {user!r}: use letters, digits, '.', '_', '@' or '-' (at most 128, no '..')")
-    n = sum(memory.delete_all(user, kind) for kind in KINDS) if memory is not None else 0
+    if memory is None:
+        raise ValueError(f"forget_user({user!r}) needs the memory: its memories go with its transcripts")
+    n = sum(memory.delete_all(user, kind) for kind in KINDS)
     folder = Path(settings.paths.data_dir) / "conversations" / user
     if folder.is_dir():
         shutil.rmtree(folder)

@@ -359,13 +359,13 @@ class Memory:
         held = None if self.engine == "server" else self._dense_kept.get(key)
         if held is not None and held[0] == self._writes:
             self._dense_kept.move_to_end(key)
-            return list(held[1])
+            return [replace(c, metadata=dict(c.metadata), signals=dict(c.signals)) for c in held[1]]
         cands = self._dense_search(query, user_id=user_id, kind=kind, depth=depth)
         if self.engine != "server":
             self._dense_kept[key] = (self._writes, cands)
             while len(self._dense_kept) > _DENSE_KEPT:
                 self._dense_kept.popitem(last=False)
-        return list(cands)
+        return [replace(c, metadata=dict(c.metadata), signals=dict(c.signals)) for c in cands]
 
     def _dense_search(self, query: str, *, user_id: str, kind: str, depth: int) -> list[Candidate]:
         out = self._mem(kind).search(query, top_k=depth, filters={"user_id": user_id}, threshold=0.0,
@@ -467,25 +467,36 @@ class Memory:
 
     def delete_all(self, user_id: str, kind: str = "conversation") -> int:
         """Forget every memory of ``user_id`` of this kind; returns how many there were."""
-        return self._forget(kind, user_id, self.all(user_id, kind))
+        n = 0
+        while True:  # a listing is capped (_LIST_LIMIT): until none is left
+            recs = self.all(user_id, kind)
+            if not recs:
+                return n
+            n += self._forget(kind, user_id, recs, whole_user=True)
 
-    def _forget(self, kind: str, user_id: str, recs: list[MemoryRecord]) -> int:
+    def _forget(self, kind: str, user_id: str, recs: list[MemoryRecord], whole_user: bool = False) -> int:
         """Delete ``recs`` (memories of ``user_id``) from the store and from every copy of their text this
         memory keeps: mem0's history database (the ADD row's new value and the DELETE row's old value), the
-        user's recent messages mem0 keeps for consolidation, the embedding cache's rows and keys (the vector
-        of a text can be inverted, its key confirms a guessed text) and the BM25 index (rebuilt)."""
+        user's recent messages mem0 keeps for consolidation (all of them when the whole user goes; with
+        ``memory.infer`` a single memory's source message is not known, see docs/memory_safety.md), the
+        embedding cache's rows and keys under every embedder of this memory and every task prefix (the
+        vector of a text can be inverted, its key confirms a guessed text) and the BM25 index (rebuilt).
+        Only what was deleted is purged: a failure part way purges the memories deleted before it."""
         if not recs:
             return 0
         mem = self._mem(kind)
+        done: list[MemoryRecord] = []
         try:
             for r in recs:
                 mem.delete(r.id)
+                done.append(r)
         finally:
             self._writes += 1
-            self._purge_copies(kind, user_id, recs)
-        return len(recs)
+            if done:
+                self._purge_copies(kind, user_id, done, whole_user=whole_user and len(done) == len(recs))
+        return len(done)
 
-    def _purge_copies(self, kind: str, user_id: str, recs: list[MemoryRecord]) -> None:
+    def _purge_copies(self, kind: str, user_id: str, recs: list[MemoryRecord], whole_user: bool = False) -> None:
         ids, texts = [r.id for r in recs], list(dict.fromkeys(r.text for r in recs))
         db = self._mem(kind).db  # mem0's SQLiteManager: its connection and lock
         scope = mem0_session_scope(user_id)
@@ -493,13 +504,21 @@ class Memory:
             for i in range(0, len(ids), 500):
                 part = ids[i : i + 500]
                 db.connection.execute(f"DELETE FROM history WHERE memory_id IN ({','.join('?' * len(part))})", part)
+            if whole_user:
+                db.connection.execute("DELETE FROM messages WHERE session_scope = ?", [scope])
             for i in range(0, len(texts), 500):
                 part = texts[i : i + 500]
                 db.connection.execute(f"DELETE FROM messages WHERE session_scope = ? AND content IN "
                                       f"({','.join('?' * len(part))})", [scope, *part])
-        forget = getattr(self.embedder, "forget", None)  # a CachedEmbedder; a bare model keeps no rows
-        if forget is not None:
-            forget(texts, "document")
+        for emb in self.embedders():
+            forget = getattr(emb, "forget", None)  # a CachedEmbedder; a bare model keeps no rows
+            if forget is not None:
+                for task in ("document", "query", None):
+                    forget(texts, task)
+
+    def embedders(self) -> list:
+        """Every embedder this memory computes vectors with: its own, then ``memory.extra_embedders``."""
+        return [self.embedder, *self.extra_embedders.values()]
 
     def count(self, user_id: str, kind: str = "conversation") -> int:
         return len(self.all(user_id, kind))

@@ -18,7 +18,7 @@ PROVIDER = "adiyan"  # the name our adapters are registered under in mem0's fact
 def mem0_session_scope(user_id: str) -> str:
     """The key mem0 (2.2) files a user's recent messages under (its ``_build_session_scope`` for a
     user filter): deleting a user's memories deletes those messages too."""
-    return "user_id=" + str(user_id).replace("%", "%25").replace("&", "%26").replace("=", "%3D")
+    return "user_id=" + str(user_id).strip().replace("%", "%25").replace("&", "%26").replace("=", "%3D")
 
 
 # -- mem0, imported lazily and offline -------------------------------------------------------

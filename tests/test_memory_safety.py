@@ -14,13 +14,13 @@ from adiyan.context import Conversation, forget_user
 from adiyan.eval.evalset import EvalsetError
 from adiyan.eval.locomo.paths import CandidateMemory
 from adiyan.eval.memory_safety import load_safety_set
-from adiyan.eval.runner import run_eval, summary_lines
+from adiyan.eval.runner import RegressionFailed, run_eval, summary_lines
 from adiyan.factory import open_embedder
 from adiyan.memory import Memory
 from adiyan.retrieval.memory_rank import Candidate
 
 NOW = datetime(2025, 6, 1, 12, tzinfo=timezone.utc)
-THREE_USERS = Path(__file__).parent / "data" / "locomo_three_users.json"
+FOUR_USERS = Path(__file__).parent / "data" / "locomo_four_users.json"
 PIN = "My bank PIN is 4321 and my locker code is 9988."
 
 
@@ -99,9 +99,14 @@ def test_kept_searches_and_candidates_are_dropped_by_a_write(memory_factory, min
     replay = CandidateMemory(mem, depth=30)
     assert [h.id for h in replay.search("favourite colour", user_id="u", k=5, now=NOW)] == [first]
     assert [h.id for h in mem.search("favourite colour", user_id="u", k=5, now=NOW)] == [first]
+    kept = mem.dense_candidates("favourite colour", user_id="u", kind="conversation", depth=10)
+    assert [c.id for c in kept] == [first]
+    kept[0].metadata["x"] = 1  # a caller changing what it got does not change what the memory keeps
+    assert "x" not in mem.dense_candidates("favourite colour", user_id="u", kind="conversation", depth=10)[0].metadata
     second = mem.add("My favourite colour is crimson now.", user_id="u", created_at=NOW - timedelta(days=2))
-    # both the memory's kept similarity search and the replay's candidates see the write
-    assert second in [h.id for h in mem.search("favourite colour", user_id="u", k=5, now=NOW)]
+    # the kept similarity search (no BM25 involved) and the replay's candidates both see the write
+    assert second in [c.id for c in mem.dense_candidates("favourite colour", user_id="u", kind="conversation",
+                                                         depth=10)]
     assert second in [h.id for h in replay.search("favourite colour", user_id="u", k=5, now=NOW)]
     assert mem.delete(first, user_id="u")
     assert first not in [h.id for h in replay.search("favourite colour", user_id="u", k=5, now=NOW)]
@@ -110,7 +115,7 @@ def test_kept_searches_and_candidates_are_dropped_by_a_write(memory_factory, min
 def _manifest(tmp_path, **over) -> Path:
     root = tmp_path / "safety"
     root.mkdir(exist_ok=True)
-    m = {"name": "safety_tiny", "kind": "memory-safety", "source": str(THREE_USERS), "questions_per_user": None,
+    m = {"name": "safety_tiny", "kind": "memory-safety", "source": str(FOUR_USERS), "questions_per_user": None,
          "delete_memories_per_user": 1, "delete_memories_of": ["u-1"], "delete_conversation_of": "u-2",
          "delete_user": "u-3", "stale_days": 60, "correction_days": 20,
          "corrections": [{"id": "colour", "stale_text": "{name}: My favourite colour is teal.",
@@ -128,16 +133,21 @@ def safety_run(make_settings, tmp_path):
     def run(**over):
         s = make_settings(**{"eval.evalset": str(_manifest(tmp_path, **over)), "eval.generate": False,
                              "eval.judge": None})
-        run_dir = run_eval(s, progress=False)
-        return run_dir, json.loads((run_dir / "metrics.json").read_text())
+        try:
+            run_dir, failed = run_eval(s, progress=False), []
+        except RegressionFailed as exc:  # the run's gate: a leak or a deleted memory found fails it
+            run_dir, failed = exc.run_dir, sorted(f.id for f in exc.failures)
+        m = json.loads((run_dir / "metrics.json").read_text())
+        m["_gate_failed"] = failed
+        return run_dir, m
     return run
 
 
 def test_the_benchmark_counts_no_leak_and_no_deleted_memory(safety_run):
     run_dir, m = safety_run()
     g, d = m["metrics"]["memory_safety"], m["memory_safety"]
-    # 3 users, each asks the 6 questions of the two conversations it does not own
-    assert g["cross_user_questions"] == 18 and g["users"] == 3
+    # 4 users (3, 3, 3 and 2 questions), each asks every question of the conversations it does not own
+    assert g["cross_user_questions"] == 8 + 8 + 8 + 9 == 33 and g["users"] == 4 and m["_gate_failed"] == []
     assert g["leaks_total"] == 0 and set(d["isolation"]["leaks"]) == {
         "search", "search_without_time", "lexical_index", "list", "three_part_context", "agent_memory_tool",
         "ask_conversation", "locomo_candidate_replay"}
@@ -148,12 +158,14 @@ def test_the_benchmark_counts_no_leak_and_no_deleted_memory(safety_run):
     assert de["found_before"] > 0 and de["embedding_cache_rows_before"] > 0
     assert g["deleted_recalled_total"] == 0 and de["stores"] == dict.fromkeys(de["stores"], 0)
     assert g["cross_user_delete_refused"] == g["cross_user_delete_attempts"] > 0
+    assert g["cross_user_delete_not_refused"] == 0
     assert g["other_users_changed"] == 0
     # updates: two corrections, to u-1 and u-2, ranked at their conversations' ends
     assert g["corrections"] == 2 and [r["user"] for r in d["updates_rows"]] == ["locomo-u-1", "locomo-u-2"]
     html = (run_dir / "report.html").read_text()
     assert "Memory safety under many users" in html and "the agent&#39;s search_memory tool" in html
-    assert any("18 cross-user questions on 8 read paths: 0 leaks" in line for line in summary_lines(run_dir))
+    assert any("33 cross-user questions on 8 read paths: 0 leaks" in line for line in summary_lines(run_dir))
+    assert d["deletion"]["bystanders"] == ["locomo-u-4"] and d["deletion"]["bystander_searches"] == 2
 
 
 def test_the_benchmark_counts_leaks_when_the_user_filter_is_removed(safety_run, monkeypatch):
@@ -171,6 +183,7 @@ def test_the_benchmark_counts_leaks_when_the_user_filter_is_removed(safety_run, 
     assert leaks["search"] > 0 and leaks["three_part_context"] > 0 and leaks["agent_memory_tool"] > 0
     assert leaks["ask_conversation"] > 0 and leaks["locomo_candidate_replay"] > 0
     assert leaks["list"] == 0 and leaks["lexical_index"] == 0  # they do not use it
+    assert "memory-safety-no-leak" in m["_gate_failed"]  # and the run fails its gate
 
 
 def test_a_bad_manifest_is_refused_by_name(tmp_path):
@@ -183,3 +196,26 @@ def test_a_bad_manifest_is_refused_by_name(tmp_path):
     root = _manifest(tmp_path, stale_days=10, correction_days=20)
     with pytest.raises(EvalsetError, match="the correction is the newer statement"):
         load_safety_set(root, tmp_path)
+
+
+def test_the_benchmark_counts_copies_when_deletion_leaves_them(safety_run, monkeypatch):
+    """A test double for control flow: deletion without purging the copies (mem0's own delete only), as
+    before this benchmark. The same run then counts the texts left in mem0's history and the embedding cache."""
+    monkeypatch.setattr(Memory, "_purge_copies", lambda self, *a, **k: None)
+    _, m = safety_run()
+    stores = m["memory_safety"]["deletion"]["stores"]
+    assert stores["mem0_history"] > 0 and stores["embedding_cache"] > 0
+    assert stores["raw_store"] == 0  # mem0 does delete the point itself
+    assert m["metrics"]["memory_safety"]["deleted_recalled_total"] > 0
+    assert "memory-safety-deleted-gone" in m["_gate_failed"]
+
+
+def test_a_manifest_with_a_typo_or_no_bystander_is_refused(tmp_path, make_settings):
+    with pytest.raises(EvalsetError, match="unknown key.*question_per_user"):
+        load_safety_set(_manifest(tmp_path, question_per_user=5), tmp_path)
+    with pytest.raises(EvalsetError, match="names a conversation twice"):
+        load_safety_set(_manifest(tmp_path, delete_memories_of=["u-1", "u-1"]), tmp_path)
+    s = make_settings(**{"eval.evalset": str(_manifest(tmp_path, delete_memories_of=["u-1", "u-4"])),
+                         "eval.generate": False, "eval.judge": None})
+    with pytest.raises(EvalsetError, match="leave at least one user out"):
+        run_eval(s, progress=False)

@@ -74,7 +74,19 @@ def test_below_superseder_keeps_a_lower_scoring_old_memory_where_it_is_and_order
     assert [r.candidate.id for r in ranked] == ["c", "b", "a"]  # newest first along the chain
     by = {r.candidate.id: r for r in ranked}
     assert by["b"].score == pytest.approx(0.5)  # already below its superseder c: unchanged
-    assert by["a"].score == pytest.approx(0.5 - BELOW)  # under the lowest of its superseders (b), so under c too
+    assert by["a"].score == pytest.approx(0.5 - BELOW, abs=1e-12)  # under the lowest of its superseders (b)
+
+
+def test_below_superseder_caps_a_memory_under_a_superseder_that_was_itself_capped():
+    vecs = unit([1, 0], [1, 0], [1, 0])
+    cands = [Candidate("a", "colour teal", 0.9, at(90)), Candidate("b", "colour crimson now", 0.8, at(60)),
+             Candidate("c", "colour green now", 0.7, at(30))]
+    ranked = rank_memories(cands, now=NOW, k=None, scope="below_superseder", vectors=vecs,
+                           supersede_min_similarity=0.8)
+    by = {r.candidate.id: r.score for r in ranked}
+    assert [r.candidate.id for r in ranked] == ["c", "b", "a"]
+    assert by["b"] == pytest.approx(0.7 - BELOW, abs=1e-12) and by["a"] == pytest.approx(0.7 - 2 * BELOW, abs=1e-12)
+    assert by["c"] > by["b"] > by["a"]
 
 
 def test_an_extra_embedder_ranks_by_its_own_cosine(memory_factory, minilm, mpnet):

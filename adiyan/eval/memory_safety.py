@@ -126,7 +126,12 @@ def read_paths(store: Store, asker: str, now) -> dict:
         # the asker opens a conversation of that id (one another user has): its own, empty or not
         chat = ChatConversation.load(s, conv_id, asker, memory=mem, embedder=store.embedder)
         ctx = chat.context_for(q, now=now)
-        return [(h.id, h.text) for h in ctx.facts] + [(None, t["content"]) for t in ctx.history]
+        return ([(h.id, h.text) for h in ctx.facts] + [(None, t["content"]) for t in ctx.history]
+                + [(None, d["text"]) for d in ctx.dropped_facts])
+
+    def context(q):
+        ctx = assemble(s, q, memory=mem, user_id=asker, now=now)
+        return [(h.id, h.text) for h in ctx.facts] + [(None, d["text"]) for d in ctx.dropped_facts]
 
     return {
         "search": lambda q, c: [(h.id, h.text) for h in mem.search(q, user_id=asker, k=10, now=now)],
@@ -134,8 +139,7 @@ def read_paths(store: Store, asker: str, now) -> dict:
                                                                                 recency=False, now=now)],
         "lexical_index": lambda q, c: lexical(q),
         "list": lambda q, c: [(r.id, r.text) for r in mem.all(asker)],
-        "three_part_context": lambda q, c: [(h.id, h.text) for h in assemble(s, q, memory=mem, user_id=asker,
-                                                                              now=now).facts],
+        "three_part_context": lambda q, c: context(q),
         "agent_memory_tool": lambda q, c: [(h.id, h.text) for h in tool.fn(q)],
         "ask_conversation": ask_conversation,
         "locomo_candidate_replay": lambda q, c: [(h.id, h.text) for h in cm.search(q, user_id=asker, k=10,
@@ -145,9 +149,10 @@ def read_paths(store: Store, asker: str, now) -> dict:
 
 def _is_leak(store: Store, asker: str, mid: str | None, text: str) -> bool:
     if mid is not None:
-        return store.owner.get(mid, asker) != asker
-    # a history turn: another user's words that the asker never said
-    return text not in store.texts.get(asker, set()) and any(text in t for u, t in store.texts.items() if u != asker)
+        return store.owner.get(mid) != asker  # an id nobody here owns counts too
+    # a history turn or a dropped fact (no id): another user's words that the asker never said
+    return text not in store.texts.get(asker, set()) and any(text in said for u, said in store.texts.items()
+                                                             if u != asker)
 
 
 # ------------------------------------------------------------------------------- isolation
@@ -296,13 +301,14 @@ def deletion(store: Store, ss: SafetySet, seed: int, progress: bool = False) -> 
         replay.search(q, user_id=u, k=10, now=now)
 
     # another user can neither delete them nor learn that they exist
-    intruder = bystanders[0] if bystanders else next(u for u in before if u != victim.user)
-    targets = [m for m in dead if store.owner[m] != intruder][:50]
+    intruder = bystanders[0]  # the manifest leaves at least one user out of every deletion
+    by_said = sorted(dead, key=lambda m: (store.owner[m], dead[m].created_at, dead[m].text))  # not by random id
+    targets = [m for m in by_said if store.owner[m] != intruder][:50]
     refused = sum(not mem.delete(m, user_id=intruder) for m in targets)
+    listed = {u: {r.id for r in mem.all(u)} for u in {store.owner[m] for m in targets}}
+    kept = sum(m in listed[store.owner[m]] for m in targets)  # and each is still its owner's
 
-    emb = store.embedder
-    cached_before = len(emb.cache.get_many(emb.keys_of(sorted({r.text for r in dead.values()}), "document"))) \
-        if hasattr(emb, "keys_of") else None
+    cached_before = _cache_rows(store, {r.text for r in dead.values()})
     t0 = time.perf_counter()
     n_memory = sum(mem.delete(m, user_id=u) for u, m in singles)
     n_conv = ChatConversation.load(store.settings, conversation_id(victim, session), victim.user, memory=mem,
@@ -340,6 +346,7 @@ def deletion(store: Store, ss: SafetySet, seed: int, progress: bool = False) -> 
             "recalled_after": recalled, "recalled_after_total": sum(recalled.values()),
             "stores": stores, "stores_total": sum(stores.values()),
             "cross_user_delete_attempts": len(targets), "cross_user_delete_refused": refused,
+            "cross_user_delete_targets_kept": kept,
             "users_checked": len(before), "users_changed_beyond_deletion": changed,
             "bystanders": bystanders, "bystander_searches": len(searches), "bystander_searches_moved": moved,
             "delete_s": round(delete_s, 3)}, examples
@@ -368,6 +375,13 @@ def _still_said(store: Store, user: str, text: str, deleted) -> bool:
     return any(r.text == text and r.id not in deleted for r in store.mem.all(user))
 
 
+def _cache_rows(store: Store, texts) -> int:
+    """Embedding-cache rows held for these texts, under every embedder of the memory and every task prefix."""
+    keys = {k for emb in store.mem.embedders() if hasattr(emb, "keys_of")
+            for task in ("document", "query", None) for k in emb.keys_of(sorted(texts), task)}
+    return len(store.embedder.cache.get_many(sorted(keys)))
+
+
 def _copies_after(store: Store, dead: dict) -> dict:
     """Copies of the deleted memories left in the store's files and the embedding cache (each must be 0)."""
     mem = store.mem
@@ -389,8 +403,7 @@ def _copies_after(store: Store, dead: dict) -> dict:
         scopes = {mem0_session_scope(store.owner[m]) for m in dead}
         msgs = conn.execute("SELECT session_scope, content FROM messages").fetchall()
         messages = sum(s in scopes and c in dead_texts for s, c in msgs)
-    emb = store.embedder
-    cache = len(emb.cache.get_many(emb.keys_of(sorted(dead_texts), "document"))) if hasattr(emb, "keys_of") else 0
+    cache = _cache_rows(store, dead_texts)
     return {"raw_store": raw, "mem0_history": history, "mem0_messages": messages, "embedding_cache": cache}
 
 
@@ -458,6 +471,8 @@ def evaluate_safety(settings, ss: SafetySet, *, progress: bool = False) -> tuple
         **{f"deleted_recalled.{p}": v for p, v in dele["recalled_after"].items()},
         **{f"deleted_left_in.{s}": v for s, v in dele["stores"].items()},
         "cross_user_delete_refused": dele["cross_user_delete_refused"],
+        "cross_user_delete_not_refused": dele["cross_user_delete_attempts"] - min(dele["cross_user_delete_refused"],
+                                                                                  dele["cross_user_delete_targets_kept"]),
         "cross_user_delete_attempts": dele["cross_user_delete_attempts"],
         "other_users_changed": dele["users_changed_beyond_deletion"] + dele["bystander_searches_moved"],
     }

@@ -58,10 +58,19 @@ def load_safety_set(root, datasets_dir) -> SafetySet:
     except (OSError, yaml.YAMLError) as exc:
         raise EvalsetError(f"{mpath}: cannot read the manifest ({exc})") from exc
 
+    known = {"name", "kind", "description", "version", "source", "questions_per_user", "delete_memories_per_user",
+             "delete_memories_of", "delete_conversation_of", "delete_user", "corrections", "stale_days",
+             "correction_days"}
+    unknown = sorted(set(m) - known)
+    if unknown:
+        raise EvalsetError(f"{mpath}: unknown key(s) {', '.join(unknown)} (a memory-safety manifest has: "
+                           f"{', '.join(sorted(known))})")
+
     def need(key, typ, where=m, label=None):
         v = where.get(key)
-        if not isinstance(v, typ) or isinstance(v, bool) and typ is not bool:
-            raise EvalsetError(f"{mpath}: {label or key} must be {getattr(typ, '__name__', typ)}, got {v!r}")
+        if not isinstance(v, typ) or isinstance(v, bool):
+            names = " or ".join(t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,)))
+            raise EvalsetError(f"{mpath}: {label or key} must be {names}, got {v!r}")
         return v
 
     src = Path(need("source", str))
@@ -96,6 +105,9 @@ def load_safety_set(root, datasets_dir) -> SafetySet:
     if out.delete_user in out.delete_memories_of or out.delete_user == out.delete_conversation_of:
         raise EvalsetError(f"{mpath}: delete_user {out.delete_user} is deleted whole: it cannot also be in "
                            "delete_memories_of or delete_conversation_of")
+    if len(set(of)) != len(of) or out.delete_conversation_of in of:
+        raise EvalsetError(f"{mpath}: delete_memories_of names a conversation twice or names delete_conversation_of "
+                           f"({out.delete_conversation_of}): each user's deletions are counted once")
     return out
 
 
@@ -108,3 +120,6 @@ def check_conversations(ss: SafetySet, ls: LocomoSet) -> None:
                            f"(it has {', '.join(sorted(known))})")
     if len(known) < 2:
         raise EvalsetError(f"{ss.source}: isolation needs at least two conversations (users), it has {len(known)}")
+    if not known - set(named):
+        raise EvalsetError(f"{ss.root / 'manifest.yaml'}: every conversation is deleted from: leave at least one "
+                           "user out of the deletions (a bystander whose memories must not move)")

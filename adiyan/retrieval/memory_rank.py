@@ -14,7 +14,8 @@ candidate replay (:class:`adiyan.eval.locomo.paths.CandidateMemory`), so both ra
   word with the message needs a cosine of at least 2 x that share of the best fact's score
   (``facts_min_similarity`` still reads the cosine).
 
-**Time** (``memory.recency`` and ``memory.recency_scope``), weight w in (0, 1], score = fused x w:
+**Time** (``memory.recency`` and ``memory.recency_scope``), weight w in (0, 1], score = fused x w
+(``below_superseder``: a cap instead, below):
 
 * recency off: w = 1 for every memory;
 * ``all`` (the seed's rule): w = 0.5 ** (age / half-life) for every memory, age measured to ``now``.
@@ -27,12 +28,20 @@ candidate replay (:class:`adiyan.eval.locomo.paths.CandidateMemory`), so both ra
   gets w = 0.5 ** (gap / half-life), gap = days from it to its newest superseder: the seed's decay,
   measured from the correction rather than from today, and applied only where a newer statement exists.
 
+* ``below_superseder``: no decay; a superseded memory (as above) keeps its score unless that puts it
+  at or above one of its superseders, and is then placed just under the lowest of them (its reported
+  weight is that ratio). The correction outranks what it corrects; nothing else moves.
+
+With ``memory.signal_weights`` (hybrid) the fused score is the weighted mean of the named signals:
+``bm25``, ``dense`` and the cosine of each of ``memory.extra_embedders`` (:func:`fuse`).
+
 Superseders are looked for among the candidates of this query only (both must be relevant to it), so
 the cost is one embedding lookup per candidate (the embedding cache holds them) and a small matrix.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -113,8 +122,9 @@ def check_signal_weights(weights: dict[str, float] | None, extra: Sequence[str],
     if unknown:
         raise ValueError(f"memory.signal_weights names {unknown}: not a signal (bm25, dense, or a name in "
                          f"memory.extra_embedders={list(extra)})")
-    if any(not isinstance(v, (int, float)) or v < 0 for v in weights.values()) or sum(weights.values()) <= 0:
-        raise ValueError(f"memory.signal_weights={weights}: weights must be >= 0 and not all 0")
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0
+           for v in weights.values()) or sum(weights.values()) <= 0:
+        raise ValueError(f"memory.signal_weights={weights}: weights must be finite numbers >= 0, not all 0")
     unused = [n for n in extra if not weights.get(n)]
     if unused:
         raise ValueError(f"memory.extra_embedders {unused} have no weight in memory.signal_weights: "
@@ -156,7 +166,8 @@ def rank_memories(cands: Sequence[Candidate], *, now: str | datetime, k: int | N
                   signal_weights: dict[str, float] | None = None) -> list[Ranked]:
     """The best ``k`` of ``cands`` (all when None), best first; ties keep the input order.
 
-    ``vectors`` (the candidates' normalised text vectors) are needed only for ``scope="superseded"``."""
+    ``vectors`` (the candidates' normalised text vectors) are needed for the ``superseded`` and
+    ``below_superseder`` scopes."""
     if scope not in RECENCY_SCOPES:
         raise ValueError(f"memory.recency_scope must be one of {RECENCY_SCOPES}, got {scope!r}")
     if k is not None and k < 0:
@@ -165,7 +176,7 @@ def rank_memories(cands: Sequence[Candidate], *, now: str | datetime, k: int | N
     sup: dict[int, int] = {}
     if recency and scope in ("superseded", "below_superseder") and len(cands) > 1:
         if vectors is None:
-            raise ValueError("recency_scope=superseded needs the candidates' text vectors")
+            raise ValueError(f"recency_scope={scope} needs the candidates' text vectors")
         sup = supersessions(cands, vectors, supersede_min_similarity, supersede_cue_min_similarity, now_dt)
     rows = []
     for i, c in enumerate(cands):

@@ -179,11 +179,14 @@ def stale_fact(settings, embedder) -> IncidentResult:
                       by_id[r["id"]]["correction"], pair_vecs[r["id"]]) for r in scored], h, memory=mem_like)
     metrics = {}
     finite = [r for r in scored if r["margin_days"] is not None]
-    if finite and settings.memory.recency:
+    below = settings.memory.recency_scope == "below_superseder"  # no half-life applies: no decay margins
+    if finite and settings.memory.recency and not below:
         metrics = {"margin_days_min": min(r["margin_days"] for r in finite),
                    "break_even_gap_max_days": max(r["break_even_gap_days"] for r in finite)}
         if superseded_scope:
             metrics["detection_margin_min"] = min(r["detection_margin"] for r in rows)
+    elif settings.memory.recency and below and rows:
+        metrics = {"detection_margin_min": min(r["detection_margin"] for r in rows)}
     measured = (f"stale first by similarity alone in {sum(r['stale_first_before'] for r in rows)}/{n}, "
                 f"correction first with recency (half-life {settings.memory.half_life_days:g} d) in "
                 f"{sum(r['correction_first_after'] for r in rows)}/{n}; a negation is closer than an unrelated "
@@ -192,7 +195,11 @@ def stale_fact(settings, embedder) -> IncidentResult:
                 f"{min(r['cos_unrelated'] for r in rows):.2f}–{max(r['cos_unrelated'] for r in rows):.2f}; "
                 f"the seed's pair here: cos({first['negation'][0]}, {first['negation'][1]}) "
                 f"{first['cos_negation']:.2f} vs {first['negation'][2]} {first['cos_unrelated']:.2f})")
-    if metrics:
+    if below and metrics:
+        measured += (f"; a superseded statement is placed just under its correction (no decay): the correction "
+                     f"was found to supersede it in {sum(r['detected'] for r in rows)}/{n} (worst margin over its "
+                     f"threshold {metrics['detection_margin_min']:+.2f})")
+    elif metrics:
         out_of_reach = all(r["correction_base"] * r["weight_ratio"] > 1 for r in scored)
         measured += (f"; the correction wins once it is {min(r['break_even_gap_days'] for r in finite):.2f}–"
                      f"{metrics['break_even_gap_max_days']:.2f} days newer (break-even gap), so at the configured "

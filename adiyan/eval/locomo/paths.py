@@ -143,6 +143,9 @@ class CandidateMemory:
         self.searches = 0  # mem0 searches actually made
         self.search_s = 0.0
         self._cands: dict[str, list[Candidate]] = {}
+        if getattr(memory, "_writes", 0):  # the memory changed since it was opened: the file is of the store as built
+            cache_file = None
+        self.cache_file = cache_file
         if cache_file is not None and cache_file.is_file():
             raw = json.loads(cache_file.read_text(encoding="utf-8"))
             if raw.get("depth") == self.depth:
@@ -165,7 +168,7 @@ class CandidateMemory:
                                                             depth=self.depth)
             self.search_s += time.perf_counter() - t0
             self.searches += 1
-        return self._cands[key]
+        return list(self._cands[key])
 
     def search(self, query: str, *, user_id: str, k: int | None = None, kind: str = "conversation",
                recency: bool | None = None, now=None) -> list[MemoryHit]:
