@@ -140,6 +140,7 @@ def test_wilson_interval_matches_scipy():
 
 # ------------------------------------------------------------------------------- who is reliable
 
+@pytest.mark.slow  # 12 s of the default suite on an idle machine (CI runs it)
 def test_a_coin_is_never_called_reliable_though_the_old_rule_often_did(full_pairs):
     _, _, pairs = full_pairs
     old_rule_reliable = 0

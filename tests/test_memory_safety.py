@@ -168,6 +168,7 @@ def test_the_benchmark_counts_no_leak_and_no_deleted_memory(safety_run):
     assert d["deletion"]["bystanders"] == ["locomo-u-4"] and d["deletion"]["bystander_searches"] == 2
 
 
+@pytest.mark.slow  # a whole benchmark run with a test double (CI runs it)
 def test_the_benchmark_counts_leaks_when_the_user_filter_is_removed(safety_run, monkeypatch):
     """A test double for control flow: the memory's similarity search without its user filter, as a bug
     would have it. The same run then counts leaks on every path built on it."""
@@ -198,6 +199,7 @@ def test_a_bad_manifest_is_refused_by_name(tmp_path):
         load_safety_set(root, tmp_path)
 
 
+@pytest.mark.slow  # a whole benchmark run with a test double (CI runs it)
 def test_the_benchmark_counts_copies_when_deletion_leaves_them(safety_run, monkeypatch):
     """A test double for control flow: deletion without purging the copies (mem0's own delete only), as
     before this benchmark. The same run then counts the texts left in mem0's history and the embedding cache."""
