@@ -109,6 +109,17 @@ class MemoryRecord:
     metadata: dict = field(default_factory=dict, compare=False)
 
 
+def check_user_id(user_id) -> str:
+    """A memory user id as given: a non-empty string without whitespace. mem0 trims ids, so "alice " and
+    "alice" would be one user (refused instead of merged), and refuses whitespace inside one."""
+    if not isinstance(user_id, str) or not user_id.strip():
+        raise ValueError(f"memory user id must be a non-empty string, got {user_id!r}")
+    if any(c.isspace() for c in user_id):
+        raise ValueError(f"memory user id {user_id!r} contains whitespace: mem0 refuses it inside an id and trims it "
+                         f"around one (\"alice \" would share \"alice\"'s memories)")
+    return user_id
+
+
 def _unit(rows) -> np.ndarray:
     v = np.asarray(rows, dtype=np.float32)
     n = np.linalg.norm(v, axis=1, keepdims=True)
@@ -298,6 +309,7 @@ class Memory:
         old conversation. With consolidation on, mem0 stores the facts an LLM extracts instead
         of the text: the id is the first stored fact's, or None when nothing was extracted.
         """
+        check_user_id(user_id)
         if not isinstance(text, str) or not text.strip():
             raise ValueError("memory text must be a non-empty string")
         if role not in ROLES:
@@ -338,6 +350,7 @@ class Memory:
         :func:`adiyan.retrieval.memory_rank.rank_memories` (the signals fused, then the recency weight
         of ``memory.recency_scope``: every memory by its age, or only a superseded one by its gap).
         """
+        check_user_id(user_id)
         k = self.default_k if k is None else int(k)
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
@@ -355,6 +368,7 @@ class Memory:
         until this memory next writes: Qdrant's local mode checks the user filter against every payload in
         Python (~0.1 s at 5,000 memories), and one turn searches the same message from the context, the
         agent's tool and the conversation. (Per depth: mem0 cuts its own top before the order here.)"""
+        check_user_id(user_id)
         key = (kind, user_id, query, int(depth))
         held = None if self.engine == "server" else self._dense_kept.get(key)
         if held is not None and held[0] == self._writes:
@@ -388,6 +402,7 @@ class Memory:
         In local mode (one process holds the folder) the BM25 index is built once per (user, kind) and rebuilt
         after this memory writes; on a Qdrant server, which other processes may write to (a delete and an add,
         or an edit, keep the count), it is built from the user's memories at every search."""
+        check_user_id(user_id)
         n = self._writes
         held = None if self.engine == "server" else self._lexical_index.get((user_id, kind))
         if held is None or held[0] != n:
@@ -446,6 +461,7 @@ class Memory:
 
     def all(self, user_id: str, kind: str = "conversation") -> list[MemoryRecord]:
         """Every memory of ``user_id`` of this kind, oldest first."""
+        check_user_id(user_id)
         out = self._mem(kind).get_all(filters={"user_id": user_id}, top_k=_LIST_LIMIT, show_expired=True)
         recs = [MemoryRecord(id=str(r["id"]), text=r.get("memory", ""), created_at=to_utc_iso(r["created_at"]),
                              kind=kind, role=r.get("role"), metadata=dict(r.get("metadata") or {}))

@@ -4,7 +4,10 @@ to catch a path that skips the user scope (the lexical index built over every us
 
 from datetime import datetime, timedelta, timezone
 
+import os
+
 import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from adiyan.agent.tools import build_tools
 from adiyan.context import assemble
@@ -79,3 +82,43 @@ def test_the_count_catches_a_path_that_skips_the_user_scope(shared, monkeypatch)
     leaks = _leaks(mem, settings)
     assert leaks["lexical index"] > 0 and leaks["search (hybrid)"] > 0 and leaks["list (all)"] > 0
     assert leaks["agent memory tool"] > 0 and leaks["LoCoMo candidate replay"] > 0
+
+
+USER_IDS = st.text(alphabet=st.sampled_from("abAB019%&=._@- é"), min_size=1, max_size=10)
+
+
+@pytest.fixture(scope="module")
+def one_memory(tmp_path_factory, minilm):
+    from adiyan.config import load_settings
+
+    tmp = tmp_path_factory.mktemp("mem")
+    s = load_settings(None, {"paths.data_dir": str(tmp / "data"), "paths.cache_dir": str(tmp / "cache"),
+                             "memory.search": "hybrid"}, environ={})
+    mem = Memory.from_settings(s, embedder=minilm)
+    yield mem, s
+    mem.close()
+
+
+@given(a=USER_IDS, b=USER_IDS, secret=st.integers(1000, 9999))
+@settings(max_examples=int(os.environ.get("ADIYAN_PROPERTY_EXAMPLES", "20")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+def test_no_user_id_reads_another_users_memory(one_memory, a, b, secret):
+    """Generated user ids (symbols mem0's scope keys escape, spaces, case, accents) in one shared memory:
+    one user's memory is never returned to another on any read path, and ids with whitespace (which mem0
+    trims, so "a " would be "a") are refused rather than merged."""
+    mem, s = one_memory
+    spaced = [u for u in (a, b) if any(c.isspace() for c in u)]
+    if spaced:
+        with pytest.raises(ValueError, match="contains whitespace"):
+            mem.add("x", user_id=spaced[0], created_at=NOW)
+        with pytest.raises(ValueError, match="contains whitespace"):
+            mem.search("x", user_id=spaced[0], now=NOW)
+        return
+    assume(a != b)
+    text = f"The vault code of {a!r} is {secret}."
+    mid = mem.add(text, user_id=a, created_at=NOW)
+    mem.add(f"Unrelated note {secret + 1}.", user_id=b, created_at=NOW)
+    for name, path in _paths(mem, s, b).items():
+        assert text not in path(text), (name, a, b)
+    assert mid in {r.id for r in mem.all(a)} and mid not in {r.id for r in mem.all(b)}
+    assert mem.delete(mid, user_id=b) is False and mid in {r.id for r in mem.all(a)}
