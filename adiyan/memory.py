@@ -532,6 +532,15 @@ class Memory:
                 for task in ("document", "query", None):
                     forget(texts, task)
 
+    @property
+    def writes(self) -> int:
+        """Adds and deletes made through this object: anything kept from a search is current only while this is unchanged."""
+        return self._writes
+
+    def drop_lexical_index(self) -> None:
+        """Forget every BM25 index held: the next lexical search rebuilds it from the store."""
+        self._lexical_index.clear()
+
     def embedders(self) -> list:
         """Every embedder this memory computes vectors with: its own, then ``memory.extra_embedders``."""
         return [self.embedder, *self.extra_embedders.values()]

@@ -2,8 +2,6 @@
 ``memory.signal_weights`` (adiyan/retrieval/memory_rank.fuse, Memory._with_signals) and
 ``memory.recency_scope=below_superseder``; scores computed by hand, the real minilm, mpnet and mem0."""
 
-from datetime import datetime, timedelta, timezone
-
 import numpy as np
 import pytest
 
@@ -11,16 +9,7 @@ from adiyan.context import assemble
 from adiyan.memory import Memory
 from adiyan.retrieval.memory_rank import BELOW, Candidate, check_signal_weights, fuse, rank_memories
 
-NOW = datetime(2025, 6, 1, 12, tzinfo=timezone.utc)
-
-
-def at(days_ago: float) -> str:
-    return (NOW - timedelta(days=days_ago)).isoformat()
-
-
-def unit(*rows):
-    v = np.asarray(rows, dtype=np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
+from tests.test_memory_rank import NOW, at, unit  # the same clock and unit vectors as the ranking's tests
 
 
 def test_fused_score_is_the_normalised_weighted_sum_of_every_signal():

@@ -410,7 +410,7 @@ def _copies_after(store: Store, dead: dict) -> dict:
 def _indexes_after(store: Store, replay: CandidateMemory, probes) -> dict:
     """The deleted memories in a BM25 index rebuilt from the store, and in a candidate cache warmed before."""
     mem = store.mem
-    mem._lexical_index.clear()
+    mem.drop_lexical_index()
     lexical = cand = 0
     for u, mid, q, now in probes:
         scores, _ = mem.lexical_scores(q, u)

@@ -143,7 +143,7 @@ class CandidateMemory:
         self.searches = 0  # mem0 searches actually made
         self.search_s = 0.0
         self._cands: dict[str, list[Candidate]] = {}
-        if getattr(memory, "_writes", 0):  # the memory changed since it was opened: the file is of the store as built
+        if getattr(memory, "writes", 0):  # the memory changed since it was opened: the file is of the store as built
             cache_file = None
         self.cache_file = cache_file
         if cache_file is not None and cache_file.is_file():
@@ -151,13 +151,13 @@ class CandidateMemory:
             if raw.get("depth") == self.depth:
                 self._cands = {k: [Candidate(**c) for c in v] for k, v in raw["candidates"].items()}
         self._loaded = len(self._cands)
-        self._writes = getattr(memory, "_writes", 0)
+        self._writes = getattr(memory, "writes", 0)
 
     def __getattr__(self, name):
         return getattr(self.memory, name)
 
     def candidates(self, query: str, user_id: str) -> list[Candidate]:
-        writes = getattr(self.memory, "_writes", 0)
+        writes = getattr(self.memory, "writes", 0)
         if writes != self._writes:  # the memory changed (an add, a delete): no candidate kept is current
             self._cands.clear()
             self._writes, self._loaded, self.cache_file = writes, 0, None  # nor is the file, of the store as built
