@@ -64,6 +64,7 @@ from .models.consolidation import (  # noqa: F401 - re-exported: the memory's co
 )
 from .retrieval.bm25 import BM25Retriever
 from .retrieval.memory_rank import Candidate, check_signal_weights, rank_memories, with_lexical
+from .retrieval.question_dates import inside, question_window
 from .retrieval.recency import overfetch_size, parse_timestamp, to_utc_iso
 from .memory_mem0 import PROVIDER, import_mem0, mem0_session_scope  # noqa: F401 - mem0_session_scope re-exported
 from .store.base import CollectionMeta, EmbedderMismatchError, StoreError
@@ -90,6 +91,7 @@ class MemoryHit:
     metadata: dict = field(default_factory=dict, compare=False)
     lexical: float = 0.0  # hybrid search: BM25 / the best BM25 among the user's memories (0 in dense search)
     superseded_by: str | None = None  # recency_scope=superseded: the newer memory that decayed this one
+    date_match: bool = False  # memory.question_dates: said inside the query's date window (ranked above the rest)
 
     def as_dict(self) -> dict:
         return {"id": self.id, "text": self.text, "similarity": round(self.similarity, 6),
@@ -141,7 +143,7 @@ class Memory:
                  call_cache: CallCache | None = None, search: str = "hybrid", lexical_weight: float = 0.5,
                  recency_scope: str = "superseded", supersede_min_similarity: float = 0.8,
                  supersede_cue_min_similarity: float | None = 0.7, extra_embedders: dict | None = None,
-                 signal_weights: dict[str, float] | None = None):
+                 signal_weights: dict[str, float] | None = None, question_dates: bool = False):
         """``path`` (local Qdrant folder) or ``url`` (Qdrant server); ``llm`` an adiyan LLM or a
         zero-argument loader, used only when ``infer`` is on; ``call_cache`` keeps its schema-valid
         consolidation replies by prompt hash; ``extra_embedders`` ({name: embedder}) add their cosines to
@@ -163,6 +165,7 @@ class Memory:
         self.supersede_cue_min_similarity = (None if supersede_cue_min_similarity is None
                                              else float(supersede_cue_min_similarity))
         self.extra_embedders = dict(extra_embedders or {})
+        self.question_dates = bool(question_dates)  # dates in a query rank memories of that time first
         self.signal_weights = check_signal_weights(signal_weights, list(self.extra_embedders), self.search_mode)
         self._lexical_index: dict[tuple[str, str], tuple[int, Any, dict]] = {}  # (user, kind) -> (writes, BM25, records)
         self._writes = 0  # adds and deletes through this object: a lexical index older than the last is rebuilt
@@ -258,7 +261,7 @@ class Memory:
                    supersede_min_similarity=mc.supersede_min_similarity,
                    supersede_cue_min_similarity=mc.supersede_cue_min_similarity,
                    extra_embedders=extra_embedders_from_settings(settings, mc.extra_embedders, progress=False),
-                   signal_weights=mc.signal_weights, mem0_home=Path(settings.paths.cache_dir) / "mem0",
+                   signal_weights=mc.signal_weights, question_dates=mc.question_dates, mem0_home=Path(settings.paths.cache_dir) / "mem0",
                    call_cache=make_call_cache(settings, "mem0") if infer else None)
 
     def collection(self, kind: str) -> str:
@@ -435,14 +438,21 @@ class Memory:
         """The top ``k`` hits from ``dense`` (the similarity candidates, best first): joined in hybrid search
         by the ``depth`` best BM25 matches, then ranked by :func:`rank_memories` with this memory's settings."""
         cands = list(dense[:depth])
+        have = {c.id for c in cands}
+        scores, recs = self.lexical_scores(query, user_id, kind) if self.search_mode == "hybrid" else ({}, None)
+        extra = [recs[i] for i in sorted(scores, key=lambda i: (-scores[i], i))[:depth] if i not in have]
+        window, dated = question_window(query) if self.question_dates else None, []
+        if window is not None:  # the memories of the asked-about time compete too: the depth closest to the query
+            pool = recs.values() if recs is not None else self.all(user_id, kind)
+            have |= {r.id for r in extra}
+            dated = [r for r in pool if r.id not in have and inside(window, parse_timestamp(r.created_at))]
+        if extra or dated:
+            q = self._unit_vectors([query], "query")[0]
+            sims = self._unit_vectors([r.text for r in extra + dated], "document") @ q
+            found = [Candidate(r.id, r.text, float(v), r.created_at, dict(r.metadata))
+                     for r, v in zip(extra + dated, sims)]
+            cands += found[:len(extra)] + sorted(found[len(extra):], key=lambda c: (-c.similarity, c.id))[:depth]
         if self.search_mode == "hybrid":
-            scores, recs = self.lexical_scores(query, user_id, kind)
-            have = {c.id for c in cands}
-            extra = [recs[i] for i in sorted(scores, key=lambda i: (-scores[i], i))[:depth] if i not in have]
-            if extra:
-                q = self._unit_vectors([query], "query")[0]
-                sims = self._unit_vectors([r.text for r in extra], "document") @ q
-                cands += [Candidate(r.id, r.text, float(s), r.created_at, dict(r.metadata)) for r, s in zip(extra, sims)]
             cands = with_lexical(cands, scores)
             cands = self._with_signals(query, cands)
         vectors = None
@@ -452,11 +462,11 @@ class Memory:
                                recency=recency, scope=self.recency_scope, half_life_days=self.half_life_days,
                                vectors=vectors, supersede_min_similarity=self.supersede_min_similarity,
                                supersede_cue_min_similarity=self.supersede_cue_min_similarity,
-                               signal_weights=self.signal_weights)
+                               signal_weights=self.signal_weights, date_window=window)
         return [MemoryHit(text=r.candidate.text, similarity=r.candidate.similarity, weight=r.weight, score=r.score,
                           created_at=r.candidate.created_at, id=r.candidate.id, age_days=r.age_days, kind=kind,
                           metadata=dict(r.candidate.metadata), lexical=r.candidate.lexical,
-                          superseded_by=r.superseded_by)
+                          superseded_by=r.superseded_by, date_match=r.date_match)
                 for r in ranked]
 
     def all(self, user_id: str, kind: str = "conversation") -> list[MemoryRecord]:

@@ -32,6 +32,9 @@ candidate replay (:class:`adiyan.eval.locomo.paths.CandidateMemory`), so both ra
   at or above one of its superseders, and is then placed just under the lowest of them (its reported
   weight is that ratio). The correction outranks what it corrects; nothing else moves.
 
+**Dates in the question** (``memory.question_dates``): a memory said inside the window of session time the
+question's date names ranks above every memory said outside it (:mod:`adiyan.retrieval.question_dates`).
+
 With ``memory.signal_weights`` (hybrid) the fused score is the weighted mean of the named signals:
 ``bm25``, ``dense`` and the cosine of each of ``memory.extra_embedders`` (:func:`fuse`).
 
@@ -49,6 +52,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .question_dates import DATE_TIER, inside
 from .recency import SECONDS_PER_DAY, age_days, parse_timestamp, recency_weight
 
 SEARCH_MODES = ("dense", "hybrid")
@@ -88,6 +92,7 @@ class Ranked:
     age_days: float
     fused: float  # the score before time
     superseded_by: str | None = None  # id of the newest candidate that supersedes this one
+    date_match: bool = False  # said inside the question's date window (memory.question_dates): DATE_TIER added
 
 
 def fuse(c: Candidate, search: str, lexical_weight: float, weights: dict[str, float] | None = None) -> float:
@@ -163,11 +168,14 @@ def rank_memories(cands: Sequence[Candidate], *, now: str | datetime, k: int | N
                   half_life_days: float = 14.0, vectors: np.ndarray | None = None,
                   supersede_min_similarity: float = 0.8,
                   supersede_cue_min_similarity: float | None = None,
-                  signal_weights: dict[str, float] | None = None) -> list[Ranked]:
+                  signal_weights: dict[str, float] | None = None,
+                  date_window: tuple[datetime, datetime] | None = None) -> list[Ranked]:
     """The best ``k`` of ``cands`` (all when None), best first; ties keep the input order.
 
     ``vectors`` (the candidates' normalised text vectors) are needed for the ``superseded`` and
-    ``below_superseder`` scopes."""
+    ``below_superseder`` scopes. ``date_window`` (:func:`adiyan.retrieval.question_dates.question_window`):
+    a candidate said inside it gets :data:`~adiyan.retrieval.question_dates.DATE_TIER` added, after time,
+    when some but not all candidates are inside."""
     if scope not in RECENCY_SCOPES:
         raise ValueError(f"memory.recency_scope must be one of {RECENCY_SCOPES}, got {scope!r}")
     if k is not None and k < 0:
@@ -199,8 +207,18 @@ def rank_memories(cands: Sequence[Candidate], *, now: str | datetime, k: int | N
     if recency and scope == "below_superseder" and sup:
         rows = _below_superseders(rows, supersessions(cands, vectors, supersede_min_similarity,
                                                       supersede_cue_min_similarity, now_dt, newest=False))
+    if date_window is not None:
+        rows = _date_tier(rows, date_window)
     rows.sort(key=lambda r: r.score, reverse=True)  # stable: equal scores keep the input order
     return rows if k is None else rows[:k]
+
+
+def _date_tier(rows: list[Ranked], window: tuple[datetime, datetime]) -> list[Ranked]:
+    """Memories said inside the question's date window above every other (the tier), when the window splits them."""
+    hit = [inside(window, parse_timestamp(r.candidate.created_at)) for r in rows]
+    if not any(hit) or all(hit):
+        return rows
+    return [replace(r, score=r.score + DATE_TIER, date_match=True) if h else r for r, h in zip(rows, hit)]
 
 
 def with_lexical(cands: Sequence[Candidate], bm25_scores: dict[str, float]) -> list[Candidate]:
