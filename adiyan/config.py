@@ -233,6 +233,9 @@ class MemoryConfig(_Section):
     # a query naming an absolute date ("on 1 May, 2022", "in July 2023", "in 2022") ranks the memories said from
     # then to a week after above the rest, and they join the candidates (adiyan/retrieval/question_dates.py)
     question_dates: bool = False
+    # a query in the past tense ("When did ...", "Where was ...") is ranked without supersession (recency_scope
+    # superseded / below_superseder): a later correction does not make the past wrong; "all" still decays
+    past_tense_history: bool = False
     # mem0 consolidation (infer=True): mem0 stores the facts the LLM extracts (held to mem0's schema,
     # adiyan/models/consolidation.py) instead of each message; needs llm.context_size >= 12288 (refused
     # otherwise). None decides by the model's capability (a server model with that window).

@@ -160,7 +160,8 @@ def assemble(settings, message: str, *, memory=None, user_id: str | None = None,
                   "recency_scope": getattr(memory, "recency_scope", mc.recency_scope),
                   "extra_embedders": list(getattr(memory, "extra_embedders", mc.extra_embedders)),
                   **{n: getattr(memory, n, getattr(mc, n)) for n in (
-                      "lexical_weight", "supersede_min_similarity", "supersede_cue_min_similarity", "question_dates")}}
+                      "lexical_weight", "supersede_min_similarity", "supersede_cue_min_similarity", "question_dates",
+                      "past_tense_history")}}
         wanted = {n: list(getattr(mc, n)) if n == "extra_embedders" else getattr(mc, n) for n in opened}
         if hasattr(memory, "signal_weights"):  # as checked and kept by the memory (zero weights dropped)
             opened["signal_weights"] = memory.signal_weights

@@ -64,7 +64,7 @@ from .models.consolidation import (  # noqa: F401 - re-exported: the memory's co
 )
 from .retrieval.bm25 import BM25Retriever
 from .retrieval.memory_rank import Candidate, check_signal_weights, rank_memories, with_lexical
-from .retrieval.question_dates import inside, question_window
+from .retrieval.question_dates import asks_about_past, inside, question_window
 from .retrieval.recency import overfetch_size, parse_timestamp, to_utc_iso
 from .memory_mem0 import PROVIDER, import_mem0, mem0_session_scope  # noqa: F401 - mem0_session_scope re-exported
 from .store.base import CollectionMeta, EmbedderMismatchError, StoreError
@@ -143,7 +143,8 @@ class Memory:
                  call_cache: CallCache | None = None, search: str = "hybrid", lexical_weight: float = 0.5,
                  recency_scope: str = "superseded", supersede_min_similarity: float = 0.8,
                  supersede_cue_min_similarity: float | None = 0.7, extra_embedders: dict | None = None,
-                 signal_weights: dict[str, float] | None = None, question_dates: bool = False):
+                 signal_weights: dict[str, float] | None = None, question_dates: bool = False,
+                 past_tense_history: bool = False):
         """``path`` (local Qdrant folder) or ``url`` (Qdrant server); ``llm`` an adiyan LLM or a
         zero-argument loader, used only when ``infer`` is on; ``call_cache`` keeps its schema-valid
         consolidation replies by prompt hash; ``extra_embedders`` ({name: embedder}) add their cosines to
@@ -166,6 +167,7 @@ class Memory:
                                              else float(supersede_cue_min_similarity))
         self.extra_embedders = dict(extra_embedders or {})
         self.question_dates = bool(question_dates)  # dates in a query rank memories of that time first
+        self.past_tense_history = bool(past_tense_history)  # a past-tense query: no supersession
         self.signal_weights = check_signal_weights(signal_weights, list(self.extra_embedders), self.search_mode)
         self._lexical_index: dict[tuple[str, str], tuple[int, Any, dict]] = {}  # (user, kind) -> (writes, BM25, records)
         self._writes = 0  # adds and deletes through this object: a lexical index older than the last is rebuilt
@@ -261,7 +263,8 @@ class Memory:
                    supersede_min_similarity=mc.supersede_min_similarity,
                    supersede_cue_min_similarity=mc.supersede_cue_min_similarity,
                    extra_embedders=extra_embedders_from_settings(settings, mc.extra_embedders, progress=False),
-                   signal_weights=mc.signal_weights, question_dates=mc.question_dates, mem0_home=Path(settings.paths.cache_dir) / "mem0",
+                   signal_weights=mc.signal_weights, question_dates=mc.question_dates,
+                   past_tense_history=mc.past_tense_history, mem0_home=Path(settings.paths.cache_dir) / "mem0",
                    call_cache=make_call_cache(settings, "mem0") if infer else None)
 
     def collection(self, kind: str) -> str:
@@ -455,6 +458,8 @@ class Memory:
         if self.search_mode == "hybrid":
             cands = with_lexical(cands, scores)
             cands = self._with_signals(query, cands)
+        if recency and self.past_tense_history and self.recency_scope != "all" and asks_about_past(query):
+            recency = False  # the question asks about then: a later correction does not supersede
         vectors = None
         if recency and self.recency_scope in ("superseded", "below_superseder") and len(cands) > 1:
             vectors = self._unit_vectors([c.text for c in cands], "document")

@@ -8,7 +8,7 @@ import pytest
 
 from adiyan.context import assemble
 from adiyan.retrieval.memory_rank import Candidate, rank_memories
-from adiyan.retrieval.question_dates import DATE_TIER, REPORT_LAG_DAYS, question_window
+from adiyan.retrieval.question_dates import DATE_TIER, REPORT_LAG_DAYS, asks_about_past, question_window
 
 
 def utc(y, m, d):
@@ -95,3 +95,42 @@ def test_the_three_part_context_puts_the_dated_memory_first(memory_factory, make
     assert "Lord of the Rings" in ctx.facts[0].text
     with pytest.raises(ValueError, match="memory.question_dates"):  # a memory opened without it is refused
         assemble(make_settings(), "hello", memory=mem, user_id="u", embedder=minilm)
+
+
+@pytest.mark.parametrize("question, past", [
+    ("When did Jolene lose a lot of progress in her work?", True),
+    ("Where was Caroline born?", True),
+    ("What were the kids painting?", True),
+    ("What car did he use to drive?", True),
+    ("Where do I live?", False),
+    ("When is my dentist appointment?", False),
+    ("Am I allergic to cats?", False),
+    ("What does Gina want to do with her didgeridoo?", False),  # "did" inside a word is not the auxiliary
+])
+def test_the_past_tense_is_read_from_its_auxiliary(question, past):
+    assert asks_about_past(question) is past
+
+
+def test_a_past_tense_question_sees_the_corrected_statement_where_it_scored(memory_factory, minilm, tmp_path):
+    """Below-superseder ranking: for "Where do I live?" the earlier statement is superseded by the correction
+    either way; for "Where did I live?" only with the setting off (on, it keeps its own fused score)."""
+    out = {}
+    for on in (False, True):
+        mem = memory_factory(minilm, **{"memory.recency_scope": "below_superseder", "memory.past_tense_history": on,
+                                        "paths.data_dir": str(tmp_path / f"past-{on}")})
+        # incident 3's home-town variant (evalsets/incidents/stale_fact.yaml)
+        mem.add("I live in Ljubljana.", user_id="u", created_at="2024-01-10T12:00:00+00:00")
+        mem.add("I moved last month; I no longer live in Ljubljana, I live in Maribor now.", user_id="u",
+                created_at="2024-05-10T12:00:00+00:00")
+        for q in ("Where do I live?", "Where did I live?"):
+            out[on, q] = {h.text.split(";")[0].split(".")[0]: h for h in mem.search(q, user_id="u", k=2,
+                                                                                   now="2024-06-01T00:00:00+00:00")}
+    for on in (False, True):  # the present: the correction first either way
+        now = out[on, "Where do I live?"]
+        assert now["I live in Ljubljana"].superseded_by is not None
+        assert now["I moved last month"].score > now["I live in Ljubljana"].score
+    before, after = out[False, "Where did I live?"], out[True, "Where did I live?"]
+    assert before["I live in Ljubljana"].superseded_by is not None  # off: capped under the correction
+    assert after["I live in Ljubljana"].superseded_by is None  # on: its own score, above the correction
+    assert after["I live in Ljubljana"].score == pytest.approx(after["I live in Ljubljana"].similarity * 0.5
+                                                           + after["I live in Ljubljana"].lexical * 0.5, abs=1e-6)

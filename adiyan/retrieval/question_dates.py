@@ -1,4 +1,5 @@
-"""Dates in a question, matched against when a memory was said (``memory.question_dates``).
+"""Time in a question: its dates matched against when a memory was said (``memory.question_dates``), and
+whether it asks about the past (``memory.past_tense_history``).
 
 "What movie did Joanna watch on 1 May, 2022?" asks about one day; the memory that answers it was
 said in the session of 2 May ("I watched The Lord of the Rings last night"). Embedding and BM25
@@ -20,6 +21,11 @@ stored question does not say.
 
 A window that holds every candidate (or none) changes nothing. Chosen on LoCoMo's dev split with the
 rule stated in docs/locomo.md; measured there on the six held-out conversations.
+
+**The past tense** (:func:`asks_about_past`): a correction replaces what was true for a question about
+now ("Where do I live?"), not for one about then ("When did Jolene lose her progress?", "Where did I
+live in 2020?"): the earlier statement answers it. With ``memory.past_tense_history`` on, a question in
+the past tense (an auxiliary: did, was, were, had, used to) is ranked without supersession.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ _DAY_FIRST = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_M}),?\s*
 _MONTH_FIRST = re.compile(rf"\b({_M})\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b", re.IGNORECASE)
 _MONTH_YEAR = re.compile(rf"\b({_M}),?\s+(\d{{4}})\b", re.IGNORECASE)
 _YEAR = re.compile(r"\b(?:in|of|during|since)\s+((?:19|20)\d\d)\b", re.IGNORECASE)
+_PAST = re.compile(r"\b(?:did|didn't|was|wasn't|were|weren't|had|hadn't|used to)\b", re.IGNORECASE)
 
 
 def question_window(question: str, lag_days: float = REPORT_LAG_DAYS) -> tuple[datetime, datetime] | None:
@@ -73,3 +80,8 @@ def _date_span(text: str) -> tuple[datetime, datetime] | None:
 def inside(window: tuple[datetime, datetime], when: datetime) -> bool:
     """Whether ``when`` (timezone-aware) falls in ``window`` (start inclusive, end exclusive)."""
     return window[0] <= when < window[1]
+
+
+def asks_about_past(question: str) -> bool:
+    """Whether ``question`` is in the past tense (an auxiliary: did, was, were, had, used to; English)."""
+    return _PAST.search(question) is not None
