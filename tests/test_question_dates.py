@@ -102,6 +102,11 @@ def test_the_three_part_context_puts_the_dated_memory_first(memory_factory, make
     ("Where was Caroline born?", True),
     ("What were the kids painting?", True),
     ("What car did he use to drive?", True),
+    ("Where has Melanie camped?", True),                      # the present perfect: experience up to now
+    ("What books has Melanie read?", True),
+    ("How long has Melanie been practicing art?", True),
+    ("What is Nate's project called?", False),                # a participle after "'s" (is), not "has"
+    ("Do I have a cat?", False),
     ("Where do I live?", False),
     ("When is my dentist appointment?", False),
     ("Am I allergic to cats?", False),

@@ -24,8 +24,9 @@ rule stated in docs/locomo.md; measured there on the six held-out conversations.
 
 **The past tense** (:func:`asks_about_past`): a correction replaces what was true for a question about
 now ("Where do I live?"), not for one about then ("When did Jolene lose her progress?", "Where did I
-live in 2020?"): the earlier statement answers it. With ``memory.past_tense_history`` on, a question in
-the past tense (an auxiliary: did, was, were, had, used to) is ranked without supersession.
+live in 2020?", "Where has Melanie camped?"): the earlier statement answers it. With
+``memory.past_tense_history`` on, a question in the past tense (did, was, were, had, used to) or the present
+perfect (has / have and a past participle) is ranked without supersession.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ _MONTH_FIRST = re.compile(rf"\b({_M})\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}}
 _MONTH_YEAR = re.compile(rf"\b({_M}),?\s+(\d{{4}})\b", re.IGNORECASE)
 _YEAR = re.compile(r"\b(?:in|of|during|since)\s+((?:19|20)\d\d)\b", re.IGNORECASE)
 _PAST = re.compile(r"\b(?:did|didn't|was|wasn't|were|weren't|had|hadn't|used to)\b", re.IGNORECASE)
+# the present perfect asks about experience up to now ("Where has Melanie camped?", "What books have you read?"):
+# has / have, up to three words, then a past participle (-ed or a common irregular one)
+_PARTICIPLES = ("been done gone made seen taken given had got gotten met read won bought taught written begun run "
+                "found kept left lost felt brought built sent spent held heard thought told said known grown drawn")
+_PERFECT = re.compile(r"\b(?:has|have|hasn't|haven't|'ve)\s+(?:[\w'-]+\s+){0,3}?(?:\w+ed|"
+                      + "|".join(_PARTICIPLES.split()) + r")\b", re.IGNORECASE)
 
 
 def question_window(question: str, lag_days: float = REPORT_LAG_DAYS) -> tuple[datetime, datetime] | None:
@@ -83,5 +90,6 @@ def inside(window: tuple[datetime, datetime], when: datetime) -> bool:
 
 
 def asks_about_past(question: str) -> bool:
-    """Whether ``question`` is in the past tense (an auxiliary: did, was, were, had, used to; English)."""
-    return _PAST.search(question) is not None
+    """Whether ``question`` asks about the past: the past tense (did, was, were, had, used to) or the present
+    perfect (has / have with a past participle); English."""
+    return _PAST.search(question) is not None or _PERFECT.search(question) is not None
