@@ -155,8 +155,6 @@ NO_OUTPUT_YET = {
               "AUROC 0.904 and top-1 0.818 within tolerance; the committed model must be re-trained or the change found",
     "judge-structured": "45 min of SmolLM2 judging",
     "mem0-infer": "2 h 15 min of mem0 consolidation with SmolLM2",
-    "scifact-preset-nomic-hybrid": "cold nomic over SciFact: 42 min on 7 Dec added ~1,900 vectors to the cache and "
-                                   "was stopped to leave the machine idle for CI; the cache keeps them",
 }
 
 
