@@ -150,9 +150,9 @@ def test_check_only_says_it_re_ran_nothing(tmp_path, capsys):
 # only shrink: a file that gains an output must leave it, and a new file must commit its output.
 NO_OUTPUT_YET = {
     "checker": "re-trains the claim checker (55 min) and checks the card it writes",
-    "reader": "re-trains the reader (25 min); re-run 7 Dec: 25,830 training pairs against the card's 25,827 (one "
-              "HaluEval item now has an answer unit: the code that builds pairs changed since; cause not found yet), dev "
-              "AUROC 0.904 and top-1 0.818 within tolerance; the committed model must be re-trained or the change found",
+    "reader": "re-trains the reader (25 min); re-run 7 Dec: 25,830 training pairs against the card's 25,827, dev "
+              "AUROC 0.904 and top-1 0.818 within tolerance. Cause found: commit 1457832 (extractive._is_title) gives "
+              "one HaluEval item two units; the committed model must be re-trained (test_reader's strict xfail)",
     "judge-structured": "45 min of SmolLM2 judging",
     "mem0-infer": "2 h 15 min of mem0 consolidation with SmolLM2",
 }

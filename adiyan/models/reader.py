@@ -125,6 +125,21 @@ def read_halueval_qa(halueval: Path) -> list[dict]:
 DEFAULT_ITEMS = 8000
 
 
+def training_pairs(halueval: Path, *, items: int = DEFAULT_ITEMS, seed: int = 0, dev_items: int = 400):
+    """(train rows, dev rows, training pairs, their data card, dev pairs) exactly as :func:`train` builds them:
+    a seeded shuffle of HaluEval's QA items, the first ``items`` to train on, the next ``dev_items`` the dev
+    split. No model is loaded: a test rebuilds the pairs and compares them with the committed card's."""
+    rows = read_halueval_qa(halueval)
+    if items < 1 or dev_items < 1 or items + dev_items > len(rows):
+        raise ValueError(f"{halueval}: --items {items} and {dev_items} dev items need {items + dev_items} QA items; "
+                         f"the file holds {len(rows)}")
+    random.Random(seed).shuffle(rows)
+    train_rows, dev_rows = rows[:items], rows[items:items + dev_items]
+    pairs, data_card = reader_pairs(train_rows, seed=seed)
+    dev_pairs, _ = reader_pairs(dev_rows, seed=seed + 1)
+    return train_rows, dev_rows, pairs, data_card, dev_pairs
+
+
 def train(halueval: Path, *, out_dir: Path = READER_DIR, items: int = DEFAULT_ITEMS, seed: int = 0,
           epochs: float = 1.0, batch_size: int = 16, lr: float = 5e-5, dev_items: int = 400, threads: int = 2,
           progress: bool = True) -> dict:
@@ -139,14 +154,8 @@ def train(halueval: Path, *, out_dir: Path = READER_DIR, items: int = DEFAULT_IT
     np.random.seed(seed)
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
-    rows = read_halueval_qa(halueval)
-    if items < 1 or dev_items < 1 or items + dev_items > len(rows):
-        raise ValueError(f"{halueval}: --items {items} and {dev_items} dev items need {items + dev_items} QA items; "
-                         f"the file holds {len(rows)}")
-    random.Random(seed).shuffle(rows)
-    train_rows, dev_rows = rows[:items], rows[items:items + dev_items]
-    pairs, data_card = reader_pairs(train_rows, seed=seed)
-    dev_pairs, _ = reader_pairs(dev_rows, seed=seed + 1)
+    train_rows, dev_rows, pairs, data_card, dev_pairs = training_pairs(halueval, items=items, seed=seed,
+                                                                        dev_items=dev_items)
     model, _tok, base, steps, warm, ema = fit(pairs, max_len=READER_MAX_LEN, seed=seed, epochs=epochs,
                                               batch_size=batch_size, lr=lr, progress=progress,
                                               desc="reader: training")
