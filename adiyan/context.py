@@ -284,11 +284,17 @@ class Conversation:
         return out, ctx, res
 
     def delete(self) -> int:
-        """Forget this conversation: its transcript and every memory (facts and preferences) stated in it.
-        Returns how many memories went."""
+        """Forget this conversation: its transcript, every memory (facts and preferences) stated in it, and the
+        embedding cache's rows of its turns (user and assistant: the history filter embedded both). Returns how
+        many memories went."""
         if self.memory is None:
             raise ValueError(f"conversation {self.id!r} has no memory open: its memories cannot be deleted with it")
         n = sum(self.memory.delete_conversation(self.user, self.id, kind) for kind in KINDS)
+        texts = list(dict.fromkeys(t["content"] for t in self.turns))  # the history filter embedded every turn
+        for emb in {id(e): e for e in [self.embedder, *self.memory.embedders()] if e is not None}.values():
+            forget = getattr(emb, "forget", None)  # a CachedEmbedder: its rows of the turns' texts go too
+            for task in ("document", "query", None) if forget is not None and texts else ():
+                forget(texts, task)
         self.path.unlink(missing_ok=True)
         self.turns = []
         return n

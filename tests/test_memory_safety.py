@@ -81,8 +81,14 @@ def test_deleting_a_conversation_and_a_user(two_users):
     settings, emb, mem, ids = two_users
     chat = Conversation(settings, "a1", "alice", memory=mem, embedder=emb)
     chat.add_turn("user", "I booked the ferry to Faro.", at=NOW, remember=False)
+    reply = "Your ferry to Faro leaves at 08:40 from pier 3."
+    chat.add_turn("assistant", reply, at=NOW)
+    chat.context_for("When does my ferry leave?", now=NOW)  # the history filter embeds both turns
     assert chat.path.is_file()
+    assert len(emb.cache.get_many(emb.keys_of([reply]))) == 1  # so finding none after is a test
     assert chat.delete() == 2  # the two memories stated in a1, and its transcript
+    for task in ("document", "query", None):  # the assistant's turn, never a memory, leaves no vector
+        assert emb.cache.get_many(emb.keys_of([reply, "I booked the ferry to Faro."], task)) == {}
     assert not chat.path.is_file()
     assert [r.text for r in mem.all("alice")] == ["My sister Ines lives in Braga."]
     Conversation(settings, "a2", "alice", memory=mem, embedder=emb).add_turn("user", "Hello again.", at=NOW)
