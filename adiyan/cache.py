@@ -167,6 +167,17 @@ class EmbedStats(CacheStats):
         return {**super().as_dict(), "truncated": self.truncated}
 
 
+def forget_texts(embedders, texts) -> None:
+    """Drop the cached rows of ``texts`` under every task prefix of each :class:`CachedEmbedder` in
+    ``embedders`` (a deleted text must not stay recoverable from its vector; a bare model keeps no rows)."""
+    texts = list(dict.fromkeys(texts))
+    for emb in {id(e): e for e in embedders if e is not None}.values() if texts else ():
+        forget = getattr(emb, "forget", None)
+        if forget is not None:
+            for task in ("document", "query", None):
+                forget(texts, task)
+
+
 class CachedEmbedder:
     """Any embedder, behind the embedding cache. Same interface as the embedder it wraps."""
 

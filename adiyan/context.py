@@ -38,6 +38,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .cache import forget_texts
 from .factory import open_embedder, open_memory, open_retriever
 from .generation import Answer, answer_question
 from .memory import KINDS, MemoryHit
@@ -290,11 +291,8 @@ class Conversation:
         if self.memory is None:
             raise ValueError(f"conversation {self.id!r} has no memory open: its memories cannot be deleted with it")
         n = sum(self.memory.delete_conversation(self.user, self.id, kind) for kind in KINDS)
-        texts = list(dict.fromkeys(t["content"] for t in self.turns))  # the history filter embedded every turn
-        for emb in {id(e): e for e in [self.embedder, *self.memory.embedders()] if e is not None}.values():
-            forget = getattr(emb, "forget", None)  # a CachedEmbedder: its rows of the turns' texts go too
-            for task in ("document", "query", None) if forget is not None and texts else ():
-                forget(texts, task)
+        # the history filter embedded every turn, the assistant's too: their cached vectors go as well
+        forget_texts([self.embedder, *self.memory.embedders()], (t["content"] for t in self.turns))
         self.path.unlink(missing_ok=True)
         self.turns = []
         return n

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from .cache import CallCache, embedder_identity
+from .cache import CallCache, embedder_identity, forget_texts
 from .cache import call_cache as make_call_cache
 from .models import embedder_from_settings, extra_embedders_from_settings, llm_from_settings
 from .models.base import ModelError
@@ -541,11 +541,7 @@ class Memory:
                 part = texts[i : i + 500]
                 db.connection.execute(f"DELETE FROM messages WHERE session_scope = ? AND content IN "
                                       f"({','.join('?' * len(part))})", [scope, *part])
-        for emb in self.embedders():
-            forget = getattr(emb, "forget", None)  # a CachedEmbedder; a bare model keeps no rows
-            if forget is not None:
-                for task in ("document", "query", None):
-                    forget(texts, task)
+        forget_texts(self.embedders(), texts)
 
     @property
     def writes(self) -> int:

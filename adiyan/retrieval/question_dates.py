@@ -5,8 +5,9 @@ whether it asks about the past (``memory.past_tense_history``).
 said in the session of 2 May ("I watched The Lord of the Rings last night"). Embedding and BM25
 scores do not read dates, so such a question ranks every movie Joanna ever mentioned alike. With
 ``memory.question_dates`` on, the question's date becomes a window of session time, and a memory
-said inside it ranks above every memory said outside it (:data:`DATE_TIER` is added to its score:
-a tier, since every fused score lies in [0, 1]); the order within each tier is unchanged.
+said inside it ranks above the memories said outside it (:data:`DATE_TIER` is added to its score: a
+tier over every memory when scores lie in [0, 1], as a relevant memory's do); the order within each
+tier is unchanged.
 
 What is read (English, absolute dates only; the first match decides):
 
@@ -36,7 +37,10 @@ import re
 from datetime import datetime, timedelta, timezone
 
 REPORT_LAG_DAYS = 7  # a memory said up to a week after the asked-about time still tells of it
-DATE_TIER = 1.0  # added to the score of a memory said inside the window: every fused score is in [0, 1]
+# added to the score of a memory said inside the window: a tier over every memory outside it whose score is at
+# most 1 above the inside one's, i.e. over all of them when scores lie in [0, 1] (a relevant memory's fused
+# score; a cosine below 0 can fall under an outside memory's)
+DATE_TIER = 1.0
 
 _MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
 _M = "|".join(_MONTHS)
